@@ -1,0 +1,122 @@
+// kbrl_bench_sampler <checkpoint dir> [--device cuda] [--dtype bf16|fp32] [--batches 1,16,64]
+//                    [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file]
+// Decode speed of kbrl::model::Sampler: for each batch size B, B random prompts of the same
+// length, sampled at temperature 1 with no stop tokens, so every row runs to --new-tokens. The
+// time of a 1-token generate (prefill and one step) is subtracted from the full one, so
+// decode tokens/s = B * (N - 1) / (t(N) - t(1)), medians over --repeats after a warm-up.
+// benchmarks/sampler/run.sh runs it next to transformers' generate on the same checkpoint.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kbrl/model/decoder.hpp"
+#include "kbrl/model/sampler.hpp"
+
+namespace {
+
+double seconds_of(const kbrl::model::Sampler& sampler, const std::vector<std::vector<std::int64_t>>& prompts,
+                  std::int64_t new_tokens) {
+  kbrl::model::SamplingParams params;
+  params.max_tokens = new_tokens;
+  params.temperature = 1.0;
+  params.seed = 1;
+  const auto start = std::chrono::steady_clock::now();
+  // generate copies every step's tokens to the host, so the GPU is done when it returns.
+  const auto samples = sampler.generate(prompts, 1, params);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const auto& x : samples)
+    if (static_cast<std::int64_t>(x.tokens.size()) != new_tokens) {
+      std::fprintf(stderr, "a sample stopped after %zu of %lld tokens\n", x.tokens.size(), static_cast<long long>(new_tokens));
+      std::exit(1);
+    }
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: kbrl_bench_sampler <checkpoint dir> [--device cuda] [--dtype bf16|fp32] [--batches 1,16,64]\n"
+                         "       [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file]\n");
+    return 2;
+  }
+  std::string device = "cuda", dtype = "bf16", batches = "1,16,64", json;
+  std::int64_t prompt_tokens = 128, new_tokens = 256;
+  int repeats = 3;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--device") device = value;
+    else if (key == "--dtype") dtype = value;
+    else if (key == "--batches") batches = value;
+    else if (key == "--prompt-tokens") prompt_tokens = std::stoll(value);
+    else if (key == "--new-tokens") new_tokens = std::stoll(value);
+    else if (key == "--repeats") repeats = std::stoi(value);
+    else if (key == "--json") json = value;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", key.c_str());
+      return 2;
+    }
+  }
+  if (new_tokens < 2 || prompt_tokens < 1 || repeats < 1) {
+    std::fprintf(stderr, "--new-tokens must be >= 2, --prompt-tokens and --repeats >= 1\n");
+    return 2;
+  }
+  kbrl::model::LoadOptions options;
+  options.device = c10::Device(device);
+  options.dtype = dtype == "fp32" ? c10::ScalarType::Float : c10::ScalarType::BFloat16;
+  const auto load_start = std::chrono::steady_clock::now();
+  const auto model = kbrl::model::DecoderModel::load(argv[1], options);
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const kbrl::model::Sampler sampler(model);
+
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<std::int64_t> token(0, model.config().vocab_size - 1);
+  std::ostringstream rows;
+  std::printf("kbrl sampler, %s %s, load %.1f s, prompt %lld, new %lld tokens\n", device.c_str(), dtype.c_str(), load_s,
+              static_cast<long long>(prompt_tokens), static_cast<long long>(new_tokens));
+  std::printf("%6s %10s %10s %14s %14s\n", "batch", "t(1) s", "t(N) s", "decode tok/s", "total tok/s");
+  std::stringstream list(batches);
+  for (std::string item; std::getline(list, item, ',');) {
+    const std::int64_t B = std::stoll(item);
+    std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(B));
+    for (auto& p : prompts)
+      for (std::int64_t k = 0; k < prompt_tokens; ++k) p.push_back(token(rng));
+    seconds_of(sampler, prompts, 8);  // warm-up: allocator, kernels chosen
+    std::vector<double> one, full;
+    for (int r = 0; r < repeats; ++r) {
+      one.push_back(seconds_of(sampler, prompts, 1));
+      full.push_back(seconds_of(sampler, prompts, new_tokens));
+    }
+    const double t1 = median(one), tn = median(full);
+    const double decode = static_cast<double>(B * (new_tokens - 1)) / (tn - t1);
+    const double total = static_cast<double>(B * new_tokens) / tn;
+    std::printf("%6lld %10.3f %10.3f %14.1f %14.1f\n", static_cast<long long>(B), t1, tn, decode, total);
+    std::fflush(stdout);
+    if (rows.tellp() > 0) rows << ",\n";
+    rows << "    {\"batch\": " << B << ", \"t1_s\": " << t1 << ", \"tn_s\": " << tn << ", \"decode_tokens_per_s\": " << decode
+         << ", \"total_tokens_per_s\": " << total << "}";
+  }
+  if (!json.empty()) {
+    std::ofstream f(json);
+    f << "{\n  \"implementation\": \"kbrl\", \"device\": \"" << device << "\", \"dtype\": \"" << dtype
+      << "\", \"prompt_tokens\": " << prompt_tokens << ", \"new_tokens\": " << new_tokens << ", \"repeats\": " << repeats
+      << ", \"load_s\": " << load_s << ",\n  \"rows\": [\n" << rows.str() << "\n  ]\n}\n";
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
