@@ -110,7 +110,11 @@ class Worker:
     def __init__(self, platform_name, env):
         self.proc = subprocess.Popen([sys.executable, "-u", WORKER, "--platform", platform_name],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
-        ready = json.loads(self.proc.stdout.readline())
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the worker did not start: can {} import torch? (KBRL_PYTHON picks the interpreter)".format(
+                sys.executable))
+        ready = json.loads(line)
         if ready.get("event") != "ready":
             raise RuntimeError("worker did not start: {}".format(ready))
         self.torch = ready.get("torch")

@@ -87,6 +87,7 @@ class FastBuild:
         self.events = {"pch": [], "light_headers": []}
         self.active = False
         self.last_build_dir = None
+        self.missing_ops = frozenset()
         self.original_load_inline = cpp_extension.load_inline
         self.original_run_ninja = getattr(cpp_extension, "_run_ninja_build", None)
         if not self.root:
@@ -146,6 +147,8 @@ class FastBuild:
         def fresh():
             return copies(saved_args), dict(zip(saved_kwargs, copies(saved_kwargs.values())))
 
+        if tiers and tiers[0][0] == "minimal" and clashes(bound.get("cuda_sources"), self.missing_ops):
+            tiers = tiers[1:]
         name = bound.get("name")
         self.active = True
         try:
@@ -295,7 +298,8 @@ class FastBuild:
     # ---- shadow headers for CUDA sources ----------------------------------------------------
 
     def light_tiers(self):
-        """[(tier, shadow include directory)], lightest first, written once per torch."""
+        """[(tier, shadow include directory)], lightest first, written once per torch; sets
+        self.missing_ops, the operators that the minimal tier does not declare."""
         preludes = {"types": "#include <torch/types.h>\n"}
         block = torch_namespace_block(os.path.join(self.include_dir, "torch", "csrc", "api", "include", "torch", "types.h"))
         if block is not None:
@@ -318,11 +322,76 @@ class FastBuild:
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     with open(path, "w") as f:
                         f.write(text)
+            if "minimal" in preludes:
+                missing = operators_not_declared(os.path.join(tmp, "minimal"), self.include_dir)
+                with open(os.path.join(tmp, "minimal-missing-ops.json"), "w") as f:
+                    json.dump(sorted(missing) if missing is not None else None, f)
             try:
                 os.rename(tmp, base)
             except OSError:  # another compile wrote the same files first
                 shutil.rmtree(tmp, ignore_errors=True)
-        return [(t, os.path.join(base, t)) for t in TIERS if t in preludes]
+        try:
+            with open(os.path.join(base, "minimal-missing-ops.json")) as f:
+                missing = json.load(f)
+        except (OSError, ValueError):
+            missing = None
+        self.missing_ops = frozenset(missing or ())
+        # Without the list the minimal tier cannot be checked for clashes: not used.
+        return [(t, os.path.join(base, t)) for t in TIERS if t in preludes and (t != "minimal" or missing is not None)]
+
+
+# What an ATen operator's per-operator headers are called, apart from the one that declares
+# its functions (ATen/ops/<name>.h).
+OPS_HEADER_SUFFIXES = ("_ops", "_native", "_meta", "_dispatch")
+
+
+def operators_not_declared(minimal_dir, include_dir):
+    """The ATen operators whose functions (at::<name>) torch's full headers declare and the
+    minimal tier's do not, from g++'s list of what the minimal prelude includes; None when g++
+    cannot tell."""
+    ops_dir = os.path.join(include_dir, "ATen", "ops")
+    try:
+        every = {f[:-2] for f in os.listdir(ops_dir) if f.endswith(".h")}
+    except OSError:
+        return None
+    every = {n for n in every if not any(n.endswith(sfx) or (sfx == "_dispatch" and "_dispatch" in n)
+                                         for sfx in OPS_HEADER_SUFFIXES)}
+    includes = [include_dir, os.path.join(include_dir, "torch", "csrc", "api", "include")]
+    command = ["c++", "-M", "-std=c++17", "-x", "c++", os.path.join(minimal_dir, "torch", "types.h")]
+    command[1:1] = ["-isystem" + d for d in [minimal_dir] + includes]
+    try:
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    declared = set(re.findall(r"/ATen/ops/(\w+)\.h\b", proc.stdout.decode("utf-8", "replace")))
+    return every - declared
+
+
+def clashes(cuda_sources, missing_ops):
+    """Whether a CUDA source declares a function that an at:: operator missing from the minimal
+    tier could compete with in overload resolution: one with a Tensor parameter, or a function
+    template, named like the operator. Under the full headers argument-dependent lookup (or
+    `using namespace at/torch`) puts both in one overload set, and the call may resolve
+    differently, or be ambiguous, where the minimal tier sees only the candidate's own."""
+    if not cuda_sources or not missing_ops:
+        return False
+    text = "\n".join(cuda_sources) if isinstance(cuda_sources, (list, tuple)) else str(cuda_sources)
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(([^()]*)\)", text):
+        if m.group(1) in missing_ops and "Tensor" in m.group(2):
+            return True
+    for m in re.finditer(r"\btemplate\s*<", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"<": 1, ">": -1}.get(text[i], 0)
+            i += 1
+        head = text[i:i + 400].split("(", 1)[0]
+        words = re.findall(r"[A-Za-z_]\w*", head)
+        if words and words[0] not in ("struct", "class", "union", "using") and words[-1] in missing_ops:
+            return True
+    return False
 
 
 def copies(values):
