@@ -37,7 +37,7 @@ try:  # next to this script; a worker copied without it builds plainly (and says
 except ImportError:
     kbrl_fast_build = None
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_MESSAGE = 1 << 20
 
 
@@ -673,6 +673,13 @@ def child_run(job, torch, h):
         result["device"] = torch.cuda.get_device_name(r.device)
     else:
         result["device"] = "cpu"
+    if r.precision == "fp32":
+        # An fp32 problem is judged against an IEEE fp32 reference. torch lets cuDNN convolutions
+        # run in TF32 by default (about 1e-3 relative error, ten times atol = rtol = 1e-4), which
+        # would fail exact fp32 kernels, and TF32 in a candidate is a precision_downgrade error.
+        # Set before the reference is loaded, so a problem that wants TF32 can still ask for it.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     # Inputs are kept only where making them again is slow (generated on the host, as KernelBench
     # does); made on the device they take milliseconds, so every use makes them again from their
     # seed and device memory goes to the reference outputs instead.

@@ -335,6 +335,17 @@ TEST_CASE("input families can be turned off per request") {
   CHECK(result.input_families.tried.empty());
 }
 
+TEST_CASE("fp32 references run without TF32") {
+  // The reference reports the TF32 switches it ran under (cuDNN convolutions default to TF32 in
+  // torch); an exact fp32 kernel is judged against IEEE fp32, so both must be off.
+  eval::LocalEvaluator ev(config("tf32"));
+  const auto result = ev.evaluate({family_request(
+      "tf32-off", "x * 0 + float(torch.backends.cudnn.allow_tf32) + float(torch.backends.cuda.matmul.allow_tf32)",
+      "x * 0")})[0];
+  INFO(result.error_message);
+  CHECK(result.correct);
+}
+
 TEST_CASE("static-check errors stop a candidate before it is compiled and severities are configurable") {
   auto c = config("static");
   c.static_checks = true;

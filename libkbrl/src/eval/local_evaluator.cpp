@@ -41,7 +41,7 @@ using core::ErrorCategory;
 using core::EvalResult;
 
 // Bumped whenever the worker's behaviour changes what a build or a result means.
-constexpr int kWorkerProtocol = 1;
+constexpr int kWorkerProtocol = 2;
 
 std::string default_python() {
   if (const char* p = std::getenv("KBRL_PYTHON"); p != nullptr && *p != '\0') return p;

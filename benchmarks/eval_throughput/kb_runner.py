@@ -1,0 +1,553 @@
+#!/usr/bin/env python3
+"""KernelBench's own evaluation of the throughput workload, run the two ways people run it.
+
+  fresh       one new python3 process per candidate (this file's `one` command), which builds
+              and evaluates it with KernelBench's eval_kernel_against_ref in a fresh build
+              directory of its own; one candidate after another (a local evaluator that starts
+              a process per kernel, as kernelbench-tinker's does)
+  precompile  KernelBench's parallel CPU build, kernelbench.compile.batch_compile (what
+              scripts/eval_from_generations.py runs with build_cache=True), then the GPU
+              evaluation one candidate after another, each in a fresh spawned process as
+              eval_from_generations' batch_eval does (a pool of one process per candidate,
+              KernelBench's 180 s timeout)
+  one         (used by fresh) evaluates one candidate and writes its result as JSON
+  order       prints the sampled order of the workload
+  machine     writes the machine description as JSON
+
+Both configurations use eval_from_generations' settings: 5 correctness trials, 100 timed runs,
+cuda_event timing, fp32, backend cuda, KernelBench's default seed, and the exception handling of
+its evaluate_single_sample. They walk the same seeded order of the workload and start candidates
+while less than --budget seconds have passed; the one in flight may run on until --budget +
+--grace, where it is cut and left out of the counts. Each candidate is appended to --out as one
+JSON line as soon as it is done, so a configuration stopped from outside keeps what it finished.
+
+Build times: every call of torch.utils.cpp_extension.load_inline (and load) is timed by a thin
+wrapper that records its duration and passes arguments, results and exceptions through unchanged.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+# eval_from_generations.py's EvalConfig defaults.
+NUM_CORRECT_TRIALS = 5
+NUM_PERF_TRIALS = 100
+TIMING_METHOD = "cuda_event"
+PRECISION = "fp32"
+BACKEND = "cuda"
+KB_TIMEOUT_S = 180  # EvalConfig.timeout: batch_compile's per-build limit and batch_eval's per-candidate one
+
+# torch.cuda compute capability (major) -> KernelBench's gpu_arch names (utils.NVIDIA_ARCHS).
+ARCH_BY_CAPABILITY = {"6": "Pascal", "7.0": "Volta", "7.2": "Volta", "7.5": "Turing", "8.0": "Ampere",
+                      "8.6": "Ampere", "8.7": "Ampere", "8.9": "Ada", "9": "Hopper", "10": "Blackwell",
+                      "12": "Blackwell"}
+
+KB = None  # the KernelBench modules, once loaded
+KB_NOTES = []
+
+
+def setup_kernelbench():
+    """Loads KernelBench from $KBT_CHECKOUT (kb_import) and installs the build-time probe."""
+    global KB, KB_NOTES
+    if KB is None:
+        import kb_import
+        KB, KB_NOTES = kb_import.load(os.environ["KBT_CHECKOUT"])
+        install_build_probe()
+    return KB
+
+
+def install_build_probe():
+    path = os.environ.get("KBT_COMPILE_LOG")
+    if not path:
+        return
+    import functools
+    import torch.utils.cpp_extension as cpp_extension
+
+    def timed(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            start = time.time()
+            ok = False
+            try:
+                result = fn(*args, **kwargs)
+                ok = True
+                return result
+            finally:
+                record = {"pid": os.getpid(), "phase": os.environ.get("KBT_PHASE", ""), "name": kwargs.get("name", args[0] if args else ""),
+                          "extensions_dir": os.environ.get("TORCH_EXTENSIONS_DIR", ""), "start": start,
+                          "seconds": time.time() - start, "ok": ok}
+                with open(path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+        return wrapper
+
+    cpp_extension.load_inline = timed(cpp_extension.load_inline)
+    cpp_extension.load = timed(cpp_extension.load)
+
+
+# Spawned children (KernelBench's process pools) run this file as __mp_main__: they need the same
+# KernelBench modules and the probe before the pool unpickles KernelBench's functions.
+if __name__ == "__mp_main__" and os.environ.get("KBT_CHECKOUT"):
+    setup_kernelbench()
+
+
+# ---- the workload and its order ------------------------------------------------------------------
+
+def load_workload(workload_dir):
+    data = json.loads((Path(workload_dir) / "workload.json").read_text())
+    return data["candidates"]
+
+
+def sample_order(candidates, seed):
+    """A seeded random order in which every run of four holds one candidate of each kind, so that
+    any prefix has about the workload's mix of outcomes (half correct, a quarter wrong, a quarter
+    not compiling)."""
+    rng = random.Random(seed)
+    by_kind = {}
+    for c in sorted(candidates, key=lambda c: c["file"]):
+        by_kind.setdefault(c["kind"], []).append(c)
+    kinds = sorted(by_kind)
+    rng.shuffle(kinds)
+    for group in by_kind.values():
+        rng.shuffle(group)
+    order = []
+    while any(by_kind.values()):
+        for kind in kinds:
+            if by_kind[kind]:
+                order.append(by_kind[kind].pop(0))
+    return order
+
+
+# ---- one evaluation, as eval_from_generations.evaluate_single_sample does it ---------------------
+
+def evaluate_candidate(ref_src, kernel_src, build_dir):
+    """KernelBench's evaluation of one candidate on cuda:0, returned as a plain dict."""
+    kb = setup_kernelbench()
+    import torch
+
+    device = torch.device("cuda:0")
+    try:
+        result = kb.eval.eval_kernel_against_ref(
+            original_model_src=ref_src,
+            custom_model_src=kernel_src,
+            measure_performance=True,
+            timing_method=TIMING_METHOD,
+            verbose=False,
+            num_correct_trials=NUM_CORRECT_TRIALS,
+            num_perf_trials=NUM_PERF_TRIALS,
+            build_dir=build_dir,
+            device=device,
+            backend=BACKEND,
+            precision=kb.eval.get_torch_dtype_from_string(PRECISION),
+        )
+    except Exception as e:
+        # eval_from_generations.evaluate_single_sample's last-level catch: a CUDA error counts as
+        # not compiled ("not runnable code"), and so does any other exception.
+        name = kb.eval.get_error_name(e)
+        if "CUDA error" in str(e):
+            metadata = {"cuda_error": "CUDA Error: {}".format(e), "cuda_error_name": name}
+        else:
+            metadata = {"other_error": "error: {}".format(e), "other_error_name": name}
+        result = kb.eval.KernelExecResult(compiled=False, correctness=False, metadata=metadata)
+    if result is None:  # KernelBench's answer to a lock-file error during the build: retry
+        return None
+    return {
+        "compiled": bool(result.compiled),
+        "correctness": bool(result.correctness),
+        "runtime": result.runtime,
+        "ref_runtime": result.ref_runtime,
+        "runtime_stats": result.runtime_stats,
+        "ref_runtime_stats": result.ref_runtime_stats,
+        "metadata": kb.eval.check_metadata_serializable_all_types(result.metadata),
+    }
+
+
+def error_summary(metadata):
+    for key in ("compilation_error", "runtime_error", "correctness_issue", "cuda_error", "other_error", "error"):
+        if metadata and metadata.get(key):
+            text = str(metadata[key]).strip().splitlines()
+            return "{}: {}".format(key, text[0][:300] if text else "")
+    return ""
+
+
+def build_records(log_path, phase=None):
+    records = []
+    try:
+        with open(log_path) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if phase is None or r.get("phase") == phase:
+                    records.append(r)
+    except OSError:
+        pass
+    return records
+
+
+def candidate_record(c, started, finished, result, status, compile_s, extra=None):
+    rec = {"type": "candidate", "file": c["file"], "problem": c["problem"], "sample": c["sample"],
+           "kind": c["kind"], "expect": c["expect"], "started": started, "finished": finished,
+           "wall_s": finished - started, "status": status, "compile_s": compile_s}
+    if result is not None:
+        runtime, ref = result.get("runtime", -1.0), result.get("ref_runtime", -1.0)
+        rec.update({
+            "compiled": result["compiled"], "correct": result["correctness"],
+            "runtime_ms": runtime, "ref_runtime_ms": ref,
+            "runtime_std_ms": (result.get("runtime_stats") or {}).get("std"),
+            "ref_runtime_std_ms": (result.get("ref_runtime_stats") or {}).get("std"),
+            "speedup": ref / runtime if result["correctness"] and runtime and runtime > 0 and ref and ref > 0 else None,
+            "excessive_speedup": bool((result.get("metadata") or {}).get("excessive_speedup")),
+            "error": error_summary(result.get("metadata")),
+        })
+    rec.update(extra or {})
+    return rec
+
+
+class Output:
+    def __init__(self, path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record):
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def reference_source(checkout, c):
+    return (Path(checkout) / "KernelBench" / c["problem_file"]).read_text()
+
+
+# ---- configurations ---------------------------------------------------------------------------
+
+CURRENT_CHILD = {"pgid": None}
+
+
+def own_session_dying_with_parent():
+    """In the candidate's process before exec: a session of its own (so that a timeout can kill its
+    builds with it) that is killed if this runner dies, so that no evaluation outlives the run."""
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def on_term(signum, frame):
+    pgid = CURRENT_CHILD["pgid"]
+    if pgid:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    sys.exit(128 + signum)
+
+
+def meta_record(args, config, order, extra):
+    rec = {"type": "meta", "config": config, "started": time.time(), "host": socket.gethostname(),
+           "budget_s": args.budget, "grace_s": args.grace, "seed": args.seed, "gpu_arch": args.gpu_arch,
+           "order": [c["file"] for c in order],
+           "settings": {"num_correct_trials": NUM_CORRECT_TRIALS, "num_perf_trials": NUM_PERF_TRIALS,
+                        "timing_method": TIMING_METHOD, "precision": PRECISION, "backend": BACKEND},
+           "checkout": str(Path(args.checkout).resolve())}
+    rec.update(extra)
+    return rec
+
+
+def run_fresh(args):
+    order = sample_order(load_workload(args.workload), args.seed)
+    out = Output(args.out)
+    out.write(meta_record(args, "kb-fresh", order, {"candidate_cap_s": args.candidate_cap}))
+    logs = Path(args.logs)
+    logs.mkdir(parents=True, exist_ok=True)
+    scratch = Path(args.scratch)
+    t0 = time.time()
+    hard = t0 + args.budget + args.grace
+    stopped = "all candidates done"
+    for i, c in enumerate(order):
+        now = time.time()
+        if now - t0 >= args.budget:
+            stopped = "budget reached"
+            break
+        stem = Path(c["file"]).stem
+        build_dir = scratch / "kb_fresh_build" / stem
+        result_path = scratch / "kb_fresh_results" / (stem + ".json")
+        probe = scratch / "kb_fresh_results" / (stem + ".builds.jsonl")
+        result_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(build_dir, ignore_errors=True)  # a fresh build, as in a new RL step
+        for p in (result_path, probe):
+            if p.exists():
+                p.unlink()
+        env = dict(os.environ, KBT_CHECKOUT=str(Path(args.checkout).resolve()), KBT_COMPILE_LOG=str(probe),
+                   KBT_PHASE="fresh", PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, str(Path(__file__).resolve()), "one", "--checkout", args.checkout,
+               "--problem-file", c["problem_file"], "--candidate", str(Path(args.workload) / c["file"]),
+               "--build-dir", str(build_dir), "--result", str(result_path), "--gpu-arch", args.gpu_arch]
+        limit = min(args.candidate_cap, hard - now)
+        started = time.time()
+        with open(logs / (stem + ".log"), "w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=own_session_dying_with_parent)
+            CURRENT_CHILD["pgid"] = proc.pid
+            try:
+                rc = proc.wait(timeout=max(1.0, limit))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                rc = None
+            CURRENT_CHILD["pgid"] = None
+        finished = time.time()
+        builds = build_records(probe)
+        compile_s = sum(r["seconds"] for r in builds) if builds else None
+        if rc is None:
+            cut = limit < args.candidate_cap
+            status = "cut at the configuration's time limit" if cut else "timeout"
+            out.write(candidate_record(c, started, finished, None, status, compile_s, {"index": i}))
+            if cut:
+                stopped = "time limit reached during a candidate"
+                break
+            continue
+        try:
+            payload = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            payload = {"result": None, "error": "the process exited with {} and wrote no result".format(rc)}
+        result = payload.get("result")
+        if result is None:
+            status = "kernelbench asked for a retry" if payload.get("retry") else "no result: " + str(payload.get("error", ""))[:300]
+        else:
+            status = "done"
+        out.write(candidate_record(c, started, finished, result, status, compile_s,
+                                   {"index": i, "exit_code": rc, "kernelbench_import": payload.get("kernelbench_import")}))
+    out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0, "stopped": stopped})
+    return 0
+
+
+def run_one(args):
+    """One candidate in this fresh process: KernelBench's evaluation, its result as JSON."""
+    payload = {"result": None}
+    try:
+        kb = setup_kernelbench()
+        payload["kernelbench_import"] = KB_NOTES
+        kb.utils.set_gpu_arch([args.gpu_arch])
+        ref_src = (Path(args.checkout) / "KernelBench" / args.problem_file).read_text()
+        kernel_src = Path(args.candidate).read_text()
+        result = evaluate_candidate(ref_src, kernel_src, args.build_dir)
+        payload["result"] = result
+        payload["retry"] = result is None
+    except BaseException as e:  # the runner's own failure, not the candidate's: reported as such
+        payload["error"] = "{}: {}\n{}".format(type(e).__name__, e, traceback.format_exc()[-2000:])
+    Path(args.result).write_text(json.dumps(payload))
+    return 0
+
+
+def evaluate_in_pool(ref_src, kernel_src, build_dir):
+    """Runs in KernelBench's one-process pool (a spawned child of this file)."""
+    os.environ["KBT_PHASE"] = "eval"
+    return evaluate_candidate(ref_src, kernel_src, build_dir)
+
+
+def run_precompile(args):
+    import multiprocessing as mp
+
+    order = sample_order(load_workload(args.workload), args.seed)
+    count = min(len(order), args.precompile_count or args.workers)
+    chosen = order[:count]
+    scratch = Path(args.scratch)
+    runs_dir = scratch / "kb_runs"
+    run_name = "eval_throughput"
+    run_dir = runs_dir / run_name
+    for stale in (runs_dir, scratch / "kb_cache"):  # no build of an earlier run may be found
+        shutil.rmtree(stale, ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for c in chosen:
+        (run_dir / c["file"]).write_text((Path(args.workload) / c["file"]).read_text())
+    probe = scratch / "kb_precompile_builds.jsonl"
+    if probe.exists():
+        probe.unlink()
+    os.environ.update(KBT_CHECKOUT=str(Path(args.checkout).resolve()), KBT_COMPILE_LOG=str(probe),
+                      KBT_PHASE="precompile")
+    out = Output(args.out)
+    out.write(meta_record(args, "kb-precompile", order, {"workers": args.workers, "kb_timeout_s": args.kb_timeout,
+                                                          "precompiled": [c["file"] for c in chosen]}))
+    if mp.get_start_method(allow_none=True) is None:
+        mp.set_start_method("spawn")  # as eval_from_generations.main does
+    kb = setup_kernelbench()
+    kb.utils.set_gpu_arch([args.gpu_arch])  # main() sets it before batch_compile and batch_eval
+    config = {
+        "runs_dir": str(runs_dir), "run_name": run_name, "level": 1,
+        "kernel_eval_build_dir": str(scratch / "kb_cache"), "gpu_arch": [args.gpu_arch],
+        "num_cpu_workers": args.workers, "timeout": args.kb_timeout, "verbose": False,
+    }
+    t0 = time.time()
+    hard = t0 + args.budget + args.grace
+    work = [(c["problem"], c["sample"]) for c in chosen]
+    compiled = kb.compile.batch_compile(work, config)
+    t1 = time.time()
+    builds = build_records(probe, "precompile")
+    per_dir = {}
+    for r in builds:
+        per_dir.setdefault(r["extensions_dir"], []).append(r["seconds"])
+
+    def build_dir_of(c):
+        return os.path.join(config["kernel_eval_build_dir"], run_name, str(c["problem"]), str(c["sample"]))
+
+    out.write({"type": "phase", "name": "compile", "started": t0, "finished": t1, "wall_s": t1 - t0,
+               "workers": args.workers, "candidates": [c["file"] for c in chosen],
+               "compiled": {c["file"]: ok for c, ok in zip(chosen, compiled)},
+               "compile_s": {c["file"]: (sum(per_dir[build_dir_of(c)]) if build_dir_of(c) in per_dir else None)
+                             for c in chosen},
+               # more than one: batch_compile passed its timeout and built the candidate again
+               "builds": {c["file"]: len(per_dir.get(build_dir_of(c), [])) for c in chosen}})
+    stopped = "all precompiled candidates done"
+    for i, c in enumerate(chosen):
+        now = time.time()
+        if now - t0 >= args.budget:
+            stopped = "budget reached"
+            break
+        ref_src = reference_source(args.checkout, c)
+        kernel_src = (run_dir / c["file"]).read_text()
+        limit = min(args.kb_timeout, hard - now)
+        started = time.time()
+        result, status = None, "done"
+        before = len(build_records(probe, "eval"))
+        with mp.Pool(1) as pool:
+            pending = pool.apply_async(evaluate_in_pool, (ref_src, kernel_src, build_dir_of(c)))
+            try:
+                result = pending.get(timeout=max(1.0, limit))
+                if result is None:
+                    status = "kernelbench asked for a retry"
+            except mp.TimeoutError:
+                if limit < args.kb_timeout:
+                    status = "cut at the configuration's time limit"
+                else:  # batch_eval records KernelBench's own timeout as a failed evaluation
+                    result = {"compiled": False, "correctness": False, "runtime": -1.0, "ref_runtime": -1.0,
+                              "runtime_stats": {}, "ref_runtime_stats": {},
+                              "metadata": {"error": "Evaluation timed out"}}
+            except Exception as e:  # batch_eval's outer catch: a failed evaluation
+                result = {"compiled": False, "correctness": False, "runtime": -1.0, "ref_runtime": -1.0,
+                          "runtime_stats": {}, "ref_runtime_stats": {}, "metadata": {"error": str(e)}}
+        finished = time.time()
+        loads = build_records(probe, "eval")[before:]
+        out.write(candidate_record(c, started, finished, result, status, per_dir.get(build_dir_of(c)) and sum(per_dir[build_dir_of(c)]),
+                                   {"index": i, "eval_build_s": sum(r["seconds"] for r in loads) if loads else None,
+                                    "kernelbench_import": KB_NOTES}))
+        if status.startswith("cut"):
+            stopped = "time limit reached during a candidate"
+            break
+    out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0, "stopped": stopped})
+    return 0
+
+
+def gpu_arch_from_nvidia_smi():
+    try:
+        cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return None
+    return ARCH_BY_CAPABILITY.get(cap) or ARCH_BY_CAPABILITY.get(cap.split(".")[0])
+
+
+def run_machine(args):
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    cpu_model = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    boot_id = ""
+    try:
+        boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        pass
+    gpus = [dict(zip(("name", "driver", "memory", "uuid", "compute_cap"), [v.strip() for v in line.split(",")]))
+            for line in sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,uuid,compute_cap",
+                            "--format=csv,noheader"]).splitlines() if line.strip()]
+    info = {"host": socket.gethostname(), "boot_id": boot_id, "cpus": os.cpu_count(), "cpu_model": cpu_model,
+            "gpus": gpus, "python": sys.version.split()[0], "time": time.time(),
+            "torch": sh([sys.executable, "-c", "import torch; print(torch.__version__)"]),
+            "kbrl_commit": sh(["git", "-C", str(HERE), "rev-parse", "HEAD"]),
+            "kernelbench_commit": sh(["git", "-C", args.checkout, "rev-parse", "HEAD"]) if args.checkout else ""}
+    Path(args.out).write_text(json.dumps(info, indent=1) + "\n")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--checkout", required=True, help="KernelBench checkout")
+        p.add_argument("--workload", default=str(HERE / "workload"))
+        p.add_argument("--seed", type=int, default=1, help="seed of the sampled order")
+        p.add_argument("--budget", type=float, default=150, help="start no candidate after this many seconds")
+        p.add_argument("--grace", type=float, default=60, help="seconds past the budget a candidate may finish in")
+        p.add_argument("--gpu-arch", default=None, help="KernelBench gpu_arch name (default: from nvidia-smi)")
+        p.add_argument("--scratch", required=True, help="build directories and results")
+        p.add_argument("--out", required=True, help="JSON lines written here")
+        p.add_argument("--logs", required=True, help="per-candidate logs")
+
+    p = sub.add_parser("fresh")
+    common(p)
+    p.add_argument("--candidate-cap", type=float, default=300, help="seconds one candidate's process may take")
+    p = sub.add_parser("precompile")
+    common(p)
+    p.add_argument("--workers", type=int, default=os.cpu_count())
+    p.add_argument("--precompile-count", type=int, default=0, help="candidates to build (default: --workers)")
+    p.add_argument("--kb-timeout", type=float, default=KB_TIMEOUT_S,
+                   help="KernelBench's timeout: per build in batch_compile (which deletes and retries a build "
+                        "that takes longer) and per GPU evaluation (default 180, eval_from_generations' own)")
+    p = sub.add_parser("one")
+    p.add_argument("--checkout", required=True)
+    p.add_argument("--problem-file", required=True)
+    p.add_argument("--candidate", required=True)
+    p.add_argument("--build-dir", required=True)
+    p.add_argument("--result", required=True)
+    p.add_argument("--gpu-arch", required=True)
+    p = sub.add_parser("order")
+    p.add_argument("--workload", default=str(HERE / "workload"))
+    p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("machine")
+    p.add_argument("--checkout", default="")
+    p.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    if args.command == "order":
+        for c in sample_order(load_workload(args.workload), args.seed):
+            print(c["file"], c["kind"])
+        return 0
+    if args.command == "machine":
+        return run_machine(args)
+    if args.command == "one":
+        os.environ["KBT_CHECKOUT"] = str(Path(args.checkout).resolve())
+        return run_one(args)
+    signal.signal(signal.SIGTERM, on_term)
+    if not (Path(args.checkout) / "KernelBench" / "level1").is_dir():
+        raise SystemExit("{}: no KernelBench/level1 folder: not a KernelBench checkout".format(args.checkout))
+    args.gpu_arch = args.gpu_arch or gpu_arch_from_nvidia_smi()
+    if not args.gpu_arch:
+        raise SystemExit("cannot tell the GPU's architecture from nvidia-smi: pass --gpu-arch (e.g. Hopper)")
+    return run_fresh(args) if args.command == "fresh" else run_precompile(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

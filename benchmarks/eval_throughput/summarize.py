@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Writes results.md (and results.json) for the evaluation-throughput benchmark.
+
+usage: summarize.py [-o results.md] OUT_DIR [OUT_DIR ...]
+
+Reads what run.sh wrote into each OUT_DIR (machine.json, kb-fresh.jsonl, kb-precompile.jsonl,
+kbrl.jsonl, gpu.csv); configurations run in separate commands can be summarized together by
+naming every folder (a configuration found in several folders is taken from the last). Partial
+files (a configuration stopped before its end line) are summarized from what they hold.
+
+Candidates per minute:
+  kb-fresh       candidates evaluated / the sum of their processes' wall times
+  kb-precompile  projected for the pre-compiled batch: its size / (the parallel build's wall
+                 time + its size x the mean GPU-evaluation wall time of the candidates evaluated);
+                 the plain measured rate is reported beside it
+  kbrl           candidates evaluated / kbrl-eval's wall time
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+CONFIGS = ("kb-fresh", "kb-precompile", "kbrl")
+TITLES = {
+    "kb-fresh": "KernelBench, a fresh process per candidate",
+    "kb-precompile": "KernelBench, parallel CPU pre-compile, then GPU evaluation",
+    "kbrl": "kbrl-eval",
+}
+
+
+def read_jsonl(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # a torn last line of a stopped run
+                pass
+    return rows
+
+
+def percentile(values, q):
+    values = sorted(values)
+    if not values:
+        return None
+    k = (len(values) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def kbrl_candidate(row):
+    """A kbrl-eval eval_results.jsonl line as the runner's candidate record."""
+    r = row["result"]
+    stats, ref_stats = r.get("runtime_stats") or {}, r.get("ref_runtime_stats") or {}
+    return {
+        "type": "candidate", "file": row.get("file"), "problem": row.get("problem"), "sample": row.get("sample"),
+        "status": "done", "compiled": bool(r.get("compiled")), "correct": bool(r.get("correctness")),
+        "compile_s": (r.get("stage_seconds") or {}).get("compile"),
+        "runtime_ms": r.get("runtime"), "ref_runtime_ms": r.get("ref_runtime"),
+        "runtime_std_ms": stats.get("std"), "ref_runtime_std_ms": ref_stats.get("std"),
+        "speedup": r.get("speedup") if r.get("correctness") else None,
+        "error": "{}: {}".format(r.get("error_category"), (r.get("error_message") or "").split("\n")[0][:200])
+        if r.get("error_category") not in (None, "none") else "",
+    }
+
+
+def load_config(path):
+    rows = read_jsonl(path)
+    meta = next((r for r in rows if r.get("type") == "meta"), {})
+    end = next((r for r in rows if r.get("type") == "end"), None)
+    phases = [r for r in rows if r.get("type") == "phase"]
+    cands = [r for r in rows if r.get("type") == "candidate"]
+    cands += [kbrl_candidate(r) for r in rows if "result" in r and "type" not in r]
+    return {"meta": meta, "end": end, "phases": phases, "candidates": cands, "path": str(path)}
+
+
+def gpu_busy(paths):
+    samples = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                parts = [p.strip() for p in line.split(",")]
+                if len(parts) < 3:
+                    continue
+                try:
+                    util = float(parts[-1])
+                except ValueError:
+                    continue
+                samples.setdefault(parts[0], []).append(util)
+    return {cfg: {"samples": len(v), "busy_fraction": sum(1 for u in v if u > 0) / len(v),
+                  "mean_utilization": sum(v) / len(v)} for cfg, v in samples.items() if v}
+
+
+def done(c):
+    return c.get("status") == "done" and "compiled" in c
+
+
+def summarize_config(name, data):
+    cands = data["candidates"]
+    evaluated = [c for c in cands if done(c)]
+    s = {"config": name, "title": TITLES[name], "evaluated": len(evaluated), "records": len(cands),
+         "not_evaluated": [{"file": c.get("file"), "status": c.get("status")} for c in cands if not done(c)],
+         "meta": {k: v for k, v in data["meta"].items() if k != "order"}, "ended": data["end"] is not None}
+    started = data["meta"].get("started")
+    if data["end"]:
+        s["wall_s"] = data["end"].get("wall_s")
+        s["stopped"] = data["end"].get("stopped") or "exit code {}".format(data["end"].get("exit_code"))
+    elif started is not None:
+        if cands:
+            s["wall_s"] = max(c.get("finished", started) for c in cands) - started
+        s["stopped"] = "no end line: stopped from outside"
+        if name == "kb-precompile" and not data["phases"]:
+            s["stopped"] += ", before the parallel build finished"
+    if name == "kb-fresh":
+        walls = [c["wall_s"] for c in evaluated]
+        compile_s = [c["compile_s"] for c in evaluated if c.get("compile_s") is not None]
+        s["candidate_wall_s"] = sum(walls)
+        s["per_minute"] = 60.0 * len(walls) / sum(walls) if walls else None
+        s["mean_candidate_wall_s"] = statistics.mean(walls) if walls else None
+    elif name == "kb-precompile":
+        phase = next((p for p in data["phases"] if p.get("name") == "compile"), None)
+        walls = [c["wall_s"] for c in evaluated]
+        compile_s = [v for v in (phase or {}).get("compile_s", {}).values() if v is not None]
+        if phase:
+            n = len(phase.get("candidates", []))
+            s["precompiled"] = n
+            s["precompile_wall_s"] = phase["wall_s"]
+            s["precompile_ok"] = sum(1 for ok in phase.get("compiled", {}).values() if ok)
+            s["rebuilt_after_timeout"] = sorted(f for f, n in phase.get("builds", {}).items() if n > 1)
+            if walls:
+                mean_eval = statistics.mean(walls)
+                s["mean_eval_wall_s"] = mean_eval
+                s["per_minute"] = 60.0 * n / (phase["wall_s"] + n * mean_eval)
+                s["measured_per_minute"] = 60.0 * len(walls) / (phase["wall_s"] + sum(walls))
+            rebuilt = [c["eval_build_s"] for c in evaluated if c.get("eval_build_s")]
+            s["eval_phase_build_s_median"] = percentile(rebuilt, 0.5)
+        if not walls:
+            s["per_minute"] = None
+    else:
+        compile_s = [c["compile_s"] for c in evaluated if c.get("compile_s") is not None]
+        wall = s.get("wall_s")
+        s["per_minute"] = 60.0 * len(evaluated) / wall if wall and evaluated else None
+        s["workload_complete"] = len(evaluated)
+    s["compile_s_median"] = percentile(compile_s, 0.5)
+    s["compile_s_p90"] = percentile(compile_s, 0.9)
+    s["compile_samples"] = len(compile_s)
+    return s
+
+
+def verdict(c):
+    if c is None or not done(c):
+        return None
+    if not c["compiled"]:
+        return "no compile"
+    return "correct" if c["correct"] else "wrong"
+
+
+def expected_verdict(expect):
+    if not expect:
+        return None
+    if not expect["compiled"]:
+        return "no compile"
+    return "correct" if expect["correct"] else "wrong"
+
+
+def fmt(v, spec="{:.2f}", none="-"):
+    return none if v is None else spec.format(v)
+
+
+def speed_noise(c):
+    """Coefficients of variation of the two timings behind a speedup."""
+    cvs = []
+    for mean, std in ((c.get("runtime_ms"), c.get("runtime_std_ms")), (c.get("ref_runtime_ms"), c.get("ref_runtime_std_ms"))):
+        if mean and mean > 0 and std is not None:
+            cvs.append(std / mean)
+    return cvs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="+")
+    parser.add_argument("-o", "--output", help="results.md to write (default: the last folder's results.md)")
+    parser.add_argument("--workload", default=str(Path(__file__).resolve().parent / "workload" / "workload.json"),
+                        help="the workload's manifest (kinds and expected verdicts)")
+    args = parser.parse_args()
+
+    configs, machines, gpu_files, sources = {}, [], [], {}
+    for d in map(Path, args.dirs):
+        if (d / "machine.json").is_file():
+            machines.append((str(d), json.loads((d / "machine.json").read_text())))
+        if (d / "gpu.csv").is_file():
+            gpu_files.append(d / "gpu.csv")
+        for name in CONFIGS:
+            if (d / (name + ".jsonl")).is_file():
+                configs[name] = load_config(d / (name + ".jsonl"))
+                sources[name] = str(d)
+    output = Path(args.output) if args.output else Path(args.dirs[-1]) / "results.md"
+    busy = gpu_busy(gpu_files)
+    summaries = {name: summarize_config(name, configs[name]) for name in CONFIGS if name in configs}
+    for name, s in summaries.items():
+        s["gpu"] = busy.get(name)
+        s["source"] = sources[name]
+
+    by_file = {name: {c["file"]: c for c in configs[name]["candidates"] if c.get("file")} for name in configs}
+    workload = {c["file"]: c for c in json.loads(Path(args.workload).read_text())["candidates"]}
+    for name in configs:
+        for c in configs[name]["candidates"]:
+            c.setdefault("kind", workload.get(c.get("file"), {}).get("kind"))
+    kb_names = [n for n in ("kb-fresh", "kb-precompile") if n in by_file]
+    best = max((summaries[n] for n in kb_names if summaries[n].get("per_minute")), key=lambda s: s["per_minute"], default=None)
+    ratio = None
+    if best and "kbrl" in summaries and summaries["kbrl"].get("per_minute"):
+        ratio = summaries["kbrl"]["per_minute"] / best["per_minute"]
+
+    # Verdicts of every candidate that a KernelBench configuration and kbrl-eval both evaluated.
+    rows, disagreements, unexpected = [], [], []
+    kbrl = by_file.get("kbrl", {})
+    compared = sorted({f for n in kb_names for f, c in by_file[n].items() if done(c)},
+                      key=lambda f: (workload.get(f, {}).get("problem", 0), workload.get(f, {}).get("sample", 0), f))
+    for f in compared:
+        w = workload.get(f, {})
+        exp = expected_verdict(w.get("expect"))
+        kb_v = {n: verdict(by_file[n].get(f)) for n in kb_names}
+        k_v = verdict(kbrl.get(f))
+        seen = [v for v in kb_v.values() if v is not None]
+        agree = None if k_v is None else all(v == k_v for v in seen)
+        if agree is False:
+            disagreements.append(f)
+        if exp and any(v is not None and v != exp for v in list(kb_v.values()) + [k_v]):
+            unexpected.append(f)
+        rows.append({"file": f, "kind": w.get("kind"), "expected": exp, "kernelbench": kb_v, "kbrl": k_v, "agree": agree})
+    both = [r for r in rows if r["agree"] is not None]
+
+    # Speedups where both call the candidate correct.
+    speed_rows = []
+    for f in compared:
+        k = kbrl.get(f)
+        if not (k and done(k) and k["correct"] and k.get("speedup")):
+            continue
+        for n in kb_names:
+            c = by_file[n].get(f)
+            if not (c and done(c) and c["correct"] and c.get("speedup")):
+                continue
+            cvs = speed_noise(c) + speed_noise(k)
+            band = 2.0 * math.sqrt(sum(v * v for v in cvs)) if len(cvs) == 4 else None
+            log_ratio = math.log(k["speedup"] / c["speedup"])
+            speed_rows.append({"file": f, "config": n, "kernelbench": c["speedup"], "kbrl": k["speedup"],
+                               "ratio": k["speedup"] / c["speedup"], "band": band,
+                               "within": None if band is None else abs(log_ratio) <= band,
+                               "excessive_speedup_flag": c.get("excessive_speedup", False)})
+
+    result = {"summaries": summaries, "ratio_kbrl_to_best_kernelbench": ratio,
+              "best_kernelbench": best["config"] if best else None, "verdicts": rows,
+              "disagreements": disagreements, "unexpected_verdicts": unexpected, "speedups": speed_rows,
+              "machines": dict(machines)}
+
+    md = []
+    md.append("# Evaluation throughput: kbrl-eval against KernelBench's own evaluation\n")
+    hosts = {m.get("boot_id") or m.get("host") for _, m in machines}
+    for d, m in machines:
+        gpus = "; ".join("{} (driver {}, {})".format(g.get("name"), g.get("driver"), g.get("memory")) for g in m.get("gpus", []))
+        md.append("- Machine ({}): {}; {} CPUs ({}); host {}; Python {}, torch {}; kbrl {}; KernelBench {}".format(
+            d, gpus or "no GPU seen", m.get("cpus"), m.get("cpu_model"), m.get("host"), m.get("python"), m.get("torch"),
+            (m.get("kbrl_commit") or "?")[:12], (m.get("kernelbench_commit") or "?")[:12]))
+    if len(machines) > 1:
+        md.append("- Same machine (boot) for every folder: {}".format("yes" if len(hosts) == 1 else "NO: compare with care"))
+    imports = {json.dumps(c.get("kernelbench_import")) for n in kb_names for c in configs[n]["candidates"] if c.get("kernelbench_import")}
+    for imp in sorted(imports):
+        md.append("- How KernelBench was loaded: " + "; ".join(json.loads(imp)))
+    workload_size = len(workload)
+    md.append("")
+    md.append("| configuration | candidates evaluated | wall s | candidates / min | compile s, median | compile s, p90 | GPU busy |")
+    md.append("|---|---|---|---|---|---|---|")
+    for name, s in summaries.items():
+        evaluated = str(s["evaluated"])
+        per_min = fmt(s.get("per_minute"))
+        if name == "kb-precompile" and s.get("precompiled") is not None:
+            evaluated += " (of {} pre-compiled, {} built)".format(s["precompiled"], s.get("precompile_ok"))
+            per_min += " (projected; measured {})".format(fmt(s.get("measured_per_minute")))
+        if name == "kb-fresh" and s.get("candidate_wall_s"):
+            per_min += " (from {:.0f} s of candidate processes)".format(s["candidate_wall_s"])
+        gpu = s.get("gpu")
+        md.append("| {} | {} | {} | {} | {} | {} | {} |".format(
+            s["title"], evaluated, fmt(s.get("wall_s"), "{:.0f}"), per_min, fmt(s.get("compile_s_median"), "{:.1f}"),
+            fmt(s.get("compile_s_p90"), "{:.1f}"),
+            "{:.0%} of {} samples".format(gpu["busy_fraction"], gpu["samples"]) if gpu else "-"))
+    md.append("")
+    if ratio is not None:
+        md.append("**kbrl-eval / best KernelBench configuration ({}): {:.2f} / {:.2f} = {:.1f}x candidates per minute.**".format(
+            best["title"], summaries["kbrl"]["per_minute"], best["per_minute"], ratio))
+    else:
+        md.append("kbrl-eval / best KernelBench configuration: not available (a configuration is missing or evaluated nothing).")
+    for name, s in summaries.items():
+        if s["not_evaluated"]:
+            md.append("- {}: not counted: {}".format(name, ", ".join("{} ({})".format(x["file"], x["status"]) for x in s["not_evaluated"])))
+        if s.get("stopped"):
+            md.append("- {}: {}".format(name, s["stopped"]))
+        if s.get("rebuilt_after_timeout"):
+            md.append("- {}: batch_compile passed its timeout and built again: {}".format(
+                name, ", ".join(s["rebuilt_after_timeout"])))
+    md.append("")
+    md.append("## Verdicts of the candidates both evaluated\n")
+    md.append("{} candidates evaluated by KernelBench and kbrl-eval: {} agree, {} disagree{}.".format(
+        len(both), sum(1 for r in both if r["agree"]), len(disagreements),
+        ": " + ", ".join(disagreements) if disagreements else ""))
+    if unexpected:
+        md.append("Verdicts other than the workload's expected one: " + ", ".join(unexpected) + ".")
+    md.append("")
+    md.append("| candidate | kind | expected | " + " | ".join(TITLES[n] for n in kb_names) + " | kbrl-eval | agree |")
+    md.append("|---|---|---|" + "---|" * len(kb_names) + "---|---|")
+    for r in rows:
+        md.append("| {} | {} | {} | {} | {} | {} |".format(
+            r["file"], r["kind"], r["expected"], " | ".join(r["kernelbench"][n] or "-" for n in kb_names),
+            r["kbrl"] or "-", {True: "yes", False: "**NO**", None: "-"}[r["agree"]]))
+    md.append("")
+    md.append("## Speedups of the candidates both call correct\n")
+    md.append("Noise band: twice the root sum of squares of the four timings' coefficients of variation "
+              "(candidate and reference, each evaluator); |ln(kbrl / KernelBench)| within it counts as agreeing.\n")
+    md.append("| candidate | KernelBench configuration | KernelBench speedup | kbrl-eval speedup | ratio | noise band | within |")
+    md.append("|---|---|---|---|---|---|---|")
+    for r in speed_rows:
+        md.append("| {} | {} | {:.2f}{} | {:.2f} | {:.3f} | {} | {} |".format(
+            r["file"], r["config"], r["kernelbench"], " (flagged > 10x)" if r["excessive_speedup_flag"] else "",
+            r["kbrl"], r["ratio"], fmt(r["band"], "{:.1%}"), {True: "yes", False: "**no**", None: "-"}[r["within"]]))
+    if speed_rows:
+        within = [r for r in speed_rows if r["within"] is not None]
+        md.append("\n{} of {} speedups agree within the band; geometric mean of kbrl / KernelBench: {:.3f}.".format(
+            sum(1 for r in within if r["within"]), len(within),
+            math.exp(statistics.mean(math.log(r["ratio"]) for r in speed_rows))))
+    md.append("")
+    md.append("## Per-candidate times\n")
+    for name in kb_names:
+        md.append("{}:\n".format(TITLES[name]))
+        md.append("| # | candidate | kind | verdict | wall s | compile s | speedup | note |")
+        md.append("|---|---|---|---|---|---|---|---|")
+        for c in sorted(configs[name]["candidates"], key=lambda c: c.get("index", 0)):
+            md.append("| {} | {} | {} | {} | {:.1f} | {} | {} | {} |".format(
+                c.get("index", ""), c.get("file"), c.get("kind"), verdict(c) or c.get("status"), c.get("wall_s", 0.0),
+                fmt(c.get("compile_s"), "{:.1f}"), fmt(c.get("speedup")), (c.get("error") or "")[:120].replace("|", "/")))
+        md.append("")
+    if "kbrl" in configs:
+        ks = [c for c in configs["kbrl"]["candidates"] if done(c)]
+        md.append("kbrl-eval: {} results{}; verdicts: {}.\n".format(
+            len(ks), " of a workload of {}".format(workload_size) if workload_size else "",
+            ", ".join("{} {}".format(sum(1 for c in ks if verdict(c) == v), v) for v in ("correct", "wrong", "no compile"))))
+    md.append("## Re-run\n")
+    md.append("On the GPU machine, from the repository root, with a KernelBench checkout at $KB "
+              "(see docs/performance.md, \"Evaluation throughput against KernelBench\"):\n")
+    md.append("    bash benchmarks/eval_throughput/run.sh $KB /tmp/tp-build 0 build")
+    md.append("    bash benchmarks/eval_throughput/run.sh $KB /tmp/tp-kbrl 0 kbrl")
+    md.append("    bash benchmarks/eval_throughput/run.sh $KB /tmp/tp-kb 180 kb-fresh,kb-precompile")
+    md.append("    python3 benchmarks/eval_throughput/summarize.py -o results.md /tmp/tp-kbrl /tmp/tp-kb")
+    for name, s in summaries.items():
+        m = s["meta"]
+        if name != "kbrl" and m:
+            md.append("\n{}: budget {} s, grace {} s, seed {}, gpu_arch {}.".format(
+                name, m.get("budget_s"), m.get("grace_s"), m.get("seed"), m.get("gpu_arch")))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("\n".join(md) + "\n")
+    output.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

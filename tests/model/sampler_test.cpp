@@ -1,0 +1,439 @@
+// The sampler on the committed tiny checkpoints: greedy against transformers' tokens, logprobs
+// against a full forward pass, the allowed sets of top-k and top-p checked from the full
+// distribution, stopping, seeds, batch independence, and the empirical distribution of many
+// samples against the model's.
+#include "kbrl/model/sampler.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kbrl/core/error.hpp"
+#include "parity.hpp"
+#include "test_files.hpp"
+
+using namespace kbrl::model;
+namespace fs = std::filesystem;
+
+namespace {
+
+// KBRL_TEST_DEVICE=cuda runs the whole suite with the models on the GPU.
+DecoderModel load(const fs::path& dir) {
+  LoadOptions o;
+  if (const char* d = std::getenv("KBRL_TEST_DEVICE"); d != nullptr && *d != '\0') o.device = c10::Device(d);
+  return DecoderModel::load(dir, o);
+}
+
+std::vector<fs::path> fixtures() {
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(kbrl::test::model_fixtures()))
+    if (fs::exists(e.path() / "reference.safetensors")) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  REQUIRE(dirs.size() == 4);
+  return dirs;
+}
+
+std::vector<std::int64_t> to_vector(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
+  return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+
+std::vector<std::vector<std::int64_t>> prompts_of(const kbrl::test::Reference& ref) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& p : ref.prompts) out.push_back(to_vector(p));
+  return out;
+}
+
+// Logits for every generated token's position from one full pass over prompt + tokens (no
+// cache): [tokens, vocab].
+at::Tensor full_pass_logits(const DecoderModel& m, const std::vector<std::int64_t>& prompt, const Sample& s) {
+  std::vector<std::int64_t> seq = prompt;
+  seq.insert(seq.end(), s.tokens.begin(), s.tokens.end());
+  const at::Tensor logits = m.forward(at::tensor(seq, at::kLong).unsqueeze(0))[0];
+  return logits.narrow(0, static_cast<std::int64_t>(prompt.size()) - 1, static_cast<std::int64_t>(s.tokens.size()));
+}
+
+// Whether `token` may be drawn at all, decided from the full distribution in float64 by
+// definition (rank among the logits for top-k, mass of the more likely tokens for top-p),
+// independently of sampling_logprobs.
+bool allowed(const at::Tensor& logits_row, std::int64_t token, const SamplingParams& p) {
+  const at::Tensor x = logits_row.to(at::kDouble) / p.temperature;
+  const double mine = x[token].item<double>();
+  at::Tensor keep = at::ones_like(x, x.options().dtype(at::kBool));
+  if (p.top_k > 0) {
+    if ((x > mine).sum().item<std::int64_t>() >= p.top_k) return false;
+    const double kth = std::get<0>(x.topk(p.top_k)).min().item<double>();
+    keep = x >= kth;
+  }
+  const at::Tensor probs = at::softmax(x.masked_fill(~keep, -INFINITY), 0);
+  const double q = probs[token].item<double>();
+  // Mass strictly more likely than this token must be below top_p (small slack for the float32
+  // computation the sampler does).
+  return probs.masked_select(probs > q).sum().item<double>() < p.top_p + 1e-5;
+}
+
+SamplingParams params_with(double temperature, double top_p, std::int64_t top_k, std::int64_t max_tokens,
+                           std::uint64_t seed = 7) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_p = top_p;
+  p.top_k = top_k;
+  p.max_tokens = max_tokens;
+  p.seed = seed;
+  return p;
+}
+
+std::string invalid_argument_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kbrl::core::InvalidArgument& e) {
+    return e.what();
+  }
+  return "<no InvalidArgument>";
+}
+
+}  // namespace
+
+TEST_CASE("sampler greedy equals transformers fp32 greedy tokens") {
+  for (const auto& dir : fixtures()) {
+    INFO(dir.filename().string());
+    const auto ref = kbrl::test::load_reference(dir);
+    const auto m = load(dir);
+    const auto prompts = prompts_of(ref);
+    const auto samples = Sampler(m).generate(prompts, 2, params_with(0, 1, 0, ref.greedy_tokens));
+    REQUIRE(samples.size() == 2 * prompts.size());
+    for (const auto& s : samples) {
+      CHECK(s.tokens == to_vector(ref.greedy_fp32[s.prompt_index]));
+      CHECK(s.stop_reason == StopReason::kMaxTokens);
+      // Greedy logprobs are under the temperature-1 distribution, unfiltered.
+      const at::Tensor lp = at::log_softmax(full_pass_logits(m, prompts[s.prompt_index], s).to(at::kFloat), -1);
+      for (std::size_t k = 0; k < s.tokens.size(); ++k)
+        CHECK(std::abs(s.logprobs[k] - lp[static_cast<std::int64_t>(k)][s.tokens[k]].item<float>()) <= 1e-4);
+    }
+  }
+}
+
+TEST_CASE("sampler top_k 1 equals greedy") {
+  const auto dir = kbrl::test::model_fixtures() / "llama3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  for (const double t : {0.5, 1.0, 3.0}) {
+    const auto samples = Sampler(m).generate(prompts_of(ref), 3, params_with(t, 1, 1, ref.greedy_tokens));
+    for (const auto& s : samples) {
+      CHECK(s.tokens == to_vector(ref.greedy_fp32[s.prompt_index]));
+      // The only token allowed has probability 1 after renormalization.
+      for (const float lp : s.logprobs) CHECK(lp == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("sampler logprobs equal a full forward pass and tokens stay in the allowed set") {
+  const std::vector<SamplingParams> cases = {params_with(1.0, 1.0, 0, 24), params_with(0.7, 0.8, 0, 24),
+                                             params_with(1.3, 1.0, 10, 24), params_with(0.9, 0.6, 20, 24),
+                                             params_with(2.0, 0.3, 0, 24)};
+  for (const auto& dir : fixtures()) {
+    const auto ref = kbrl::test::load_reference(dir);
+    const auto m = load(dir);
+    const auto prompts = prompts_of(ref);
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      INFO(dir.filename().string() << " case " << c);
+      const auto& p = cases[c];
+      const auto samples = Sampler(m).generate(prompts, 4, p);
+      double worst = 0;
+      std::int64_t outside = 0, checked = 0;
+      for (const auto& s : samples) {
+        REQUIRE(s.tokens.size() == static_cast<std::size_t>(p.max_tokens));
+        REQUIRE(s.logprobs.size() == s.tokens.size());
+        const at::Tensor logits = full_pass_logits(m, prompts[s.prompt_index], s);
+        const at::Tensor lp = sampling_logprobs(logits, p);
+        for (std::size_t k = 0; k < s.tokens.size(); ++k) {
+          const auto row = static_cast<std::int64_t>(k);
+          worst = std::max(worst, double(std::abs(s.logprobs[k] - lp[row][s.tokens[k]].item<float>())));
+          outside += allowed(logits[row], s.tokens[k], p) ? 0 : 1;
+          ++checked;
+        }
+      }
+      CHECK(worst <= 1e-4);
+      CHECK(outside == 0);
+      CHECK(checked == 4 * 24 * static_cast<std::int64_t>(prompts.size()));
+    }
+  }
+}
+
+TEST_CASE("sampler top-p and top-k exclude exactly the tokens their definitions exclude") {
+  // A hand-made distribution: probabilities 0.4 0.3 0.2 0.1 (logits = their logs).
+  const at::Tensor logits = at::log(at::tensor({0.1, 0.4, 0.2, 0.3}, at::kFloat)).unsqueeze(0);
+  auto kept = [&](double top_p, std::int64_t top_k) {
+    const at::Tensor lp = sampling_logprobs(logits, params_with(1.0, top_p, top_k, 1))[0];
+    std::vector<std::int64_t> ids;
+    for (std::int64_t i = 0; i < 4; ++i)
+      if (std::isfinite(lp[i].item<float>())) ids.push_back(i);
+    return ids;
+  };
+  CHECK(kept(1.0, 0) == std::vector<std::int64_t>{0, 1, 2, 3});
+  CHECK(kept(0.35, 0) == std::vector<std::int64_t>{1});       // 0.4 reaches 0.35
+  CHECK(kept(0.5, 0) == std::vector<std::int64_t>{1, 3});     // 0.4 + 0.3
+  CHECK(kept(0.75, 0) == std::vector<std::int64_t>{1, 2, 3});
+  CHECK(kept(0.05, 0) == std::vector<std::int64_t>{1});       // never empty
+  CHECK(kept(1.0, 2) == std::vector<std::int64_t>{1, 3});
+  CHECK(kept(0.4, 3) == std::vector<std::int64_t>{1});        // renormalized over the top 3: 0.4/0.9 reaches 0.4
+  CHECK(kept(0.5, 3) == std::vector<std::int64_t>{1, 3});     // 0.44 does not reach 0.5
+  const at::Tensor lp = sampling_logprobs(logits, params_with(1.0, 1.0, 2, 1))[0];
+  CHECK(std::abs(lp[1].item<float>() - std::log(0.4f / 0.7f)) < 1e-6);
+  // Temperature 2 flattens: p is proportional to sqrt(p).
+  const at::Tensor t2 = sampling_logprobs(logits, params_with(2.0, 1.0, 0, 1))[0].exp();
+  const double z = std::sqrt(0.1) + std::sqrt(0.4) + std::sqrt(0.2) + std::sqrt(0.3);
+  CHECK(std::abs(t2[1].item<float>() - std::sqrt(0.4) / z) < 1e-6);
+}
+
+TEST_CASE("sampler n samples from one prefill equal each prompt sampled alone") {
+  for (const auto& dir : fixtures()) {
+    INFO(dir.filename().string());
+    const auto ref = kbrl::test::load_reference(dir);
+    const auto m = load(dir);
+    const auto prompts = prompts_of(ref);
+    auto p = params_with(1.0, 0.95, 40, 20, 1234);
+    p.stop_token_ids = {to_vector(ref.greedy_fp32[0])[3]};  // some rows stop early and leave
+    const auto batch = Sampler(m).generate(prompts, 4, p);
+    std::size_t distinct_total = 0;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const auto alone = Sampler(m).generate({prompts[i]}, 4, p, {i});
+      for (std::size_t s = 0; s < 4; ++s) {
+        const auto& a = alone[s];
+        const auto& b = batch[i * 4 + s];
+        CHECK(b.prompt_index == i);
+        CHECK(b.sample_index == s);
+        CHECK(a.tokens == b.tokens);
+        CHECK(a.stop_reason == b.stop_reason);
+        REQUIRE(a.logprobs.size() == b.logprobs.size());
+        for (std::size_t k = 0; k < a.logprobs.size(); ++k) CHECK(std::abs(a.logprobs[k] - b.logprobs[k]) <= 1e-4);
+      }
+      std::set<std::vector<std::int64_t>> distinct;
+      for (std::size_t s = 0; s < 4; ++s) distinct.insert(batch[i * 4 + s].tokens);
+      distinct_total += distinct.size();
+    }
+    // The samples of a prompt are not copies of each other (a peaked prompt may still repeat).
+    CHECK(distinct_total > prompts.size());
+  }
+}
+
+TEST_CASE("sampler same seed gives identical output and another seed differs") {
+  const auto dir = kbrl::test::model_fixtures() / "qwen3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  const auto prompts = prompts_of(ref);
+  const auto a = Sampler(m).generate(prompts, 3, params_with(1.0, 1.0, 0, 16, 1));
+  const auto b = Sampler(m).generate(prompts, 3, params_with(1.0, 1.0, 0, 16, 1));
+  const auto c = Sampler(m).generate(prompts, 3, params_with(1.0, 1.0, 0, 16, 2));
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].tokens == b[i].tokens);
+    CHECK(a[i].logprobs == b[i].logprobs);
+    differ += a[i].tokens != c[i].tokens ? 1 : 0;
+  }
+  CHECK(differ == a.size());  // 16 tokens from a 96-token vocabulary: a repeat would be a bug
+  // The uniforms depend on every key.
+  const double u = sampling_uniform(1, 2, 3, 4);
+  CHECK(u >= 0.0);
+  CHECK(u < 1.0);
+  CHECK(u != sampling_uniform(0, 2, 3, 4));
+  CHECK(u != sampling_uniform(1, 0, 3, 4));
+  CHECK(u != sampling_uniform(1, 2, 0, 4));
+  CHECK(u != sampling_uniform(1, 2, 3, 0));
+}
+
+TEST_CASE("sampler stop tokens end sequences and the others run on unchanged") {
+  const auto dir = kbrl::test::model_fixtures() / "qwen2_tied";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  const auto prompts = prompts_of(ref);
+  const auto free_run = Sampler(m).generate(prompts, 4, params_with(1.0, 1.0, 0, 24, 99));
+  // Stop at two tokens that occur in some of the free samples.
+  auto p = params_with(1.0, 1.0, 0, 24, 99);
+  p.stop_token_ids = {free_run[0].tokens[5], free_run[5].tokens[2]};
+  const auto stopped = Sampler(m).generate(prompts, 4, p);
+  std::size_t stopped_early = 0;
+  for (std::size_t i = 0; i < stopped.size(); ++i) {
+    const auto& f = free_run[i].tokens;
+    const auto first = std::find_if(f.begin(), f.end(), [&](std::int64_t t) {
+      return std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end();
+    });
+    if (first == f.end()) {
+      CHECK(stopped[i].stop_reason == StopReason::kMaxTokens);
+      CHECK(stopped[i].tokens == f);
+    } else {
+      // The tokens up to and including the stop token: the same as without stopping, because
+      // a sample's draws do not depend on which rows are still in the batch.
+      CHECK(stopped[i].stop_reason == StopReason::kStopToken);
+      CHECK(stopped[i].tokens == std::vector<std::int64_t>(f.begin(), first + 1));
+      ++stopped_early;
+    }
+  }
+  CHECK(stopped_early >= 2);
+  CHECK(std::string(stop_reason_name(StopReason::kStopToken)) == "stop_token");
+}
+
+TEST_CASE("sampler stop strings end sequences on the token that completes them") {
+  const auto dir = kbrl::test::model_fixtures() / "qwen3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  const auto prompts = prompts_of(ref);
+  // Each token reads "<id>", so a stop string can span tokens and end inside one.
+  const TokenBytes bytes = [](std::int64_t id) { return "<" + std::to_string(id) + ">"; };
+  const auto g = to_vector(ref.greedy_fp32[1]);
+  auto p = params_with(0, 1, 0, 32);
+  // Ends inside the bytes of greedy token 6 of prompt 1: "<g5><g6" without the closing '>'.
+  p.stop_strings = {"<" + std::to_string(g[5]) + "><" + std::to_string(g[6]), "never-appears"};
+  const auto samples = Sampler(m, bytes).generate(prompts, 1, p);
+  const auto& s = samples[1];
+  CHECK(s.stop_reason == StopReason::kStopString);
+  // g[5], g[6] may have occurred earlier as a pair: the first occurrence ends the sequence.
+  std::size_t end = 6;
+  for (std::size_t k = 1; k < 6; ++k)
+    if (g[k - 1] == g[5] && g[k] == g[6]) {
+      end = k;
+      break;
+    }
+  CHECK(s.tokens == std::vector<std::int64_t>(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(end) + 1));
+  // The others stop on their own first occurrence, or run to max_tokens; the prompt's bytes never count.
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const auto want = to_vector(ref.greedy_fp32[i]);
+    std::string text;
+    std::size_t k = 0;
+    for (; k < want.size(); ++k) {
+      text += bytes(want[k]);
+      if (text.find(p.stop_strings[0]) != std::string::npos) break;
+    }
+    CHECK(samples[i].stop_reason == (k < want.size() ? StopReason::kStopString : StopReason::kMaxTokens));
+    CHECK(samples[i].tokens.size() == std::min(k + 1, want.size()));
+  }
+  // A stop token wins over a stop string completed by the same token.
+  p.stop_token_ids = {g[end]};
+  CHECK(Sampler(m, bytes).generate({prompts[1]}, 1, p)[0].stop_reason == StopReason::kStopToken);
+}
+
+TEST_CASE("sampler respects max_tokens") {
+  const auto dir = kbrl::test::model_fixtures() / "llama_sharded";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  for (const std::int64_t max_tokens : {1, 5}) {
+    const auto samples = Sampler(m).generate(prompts_of(ref), 2, params_with(1.0, 1.0, 0, max_tokens));
+    for (const auto& s : samples) {
+      CHECK(s.tokens.size() == static_cast<std::size_t>(max_tokens));
+      CHECK(s.logprobs.size() == static_cast<std::size_t>(max_tokens));
+      CHECK(s.stop_reason == StopReason::kMaxTokens);
+    }
+  }
+}
+
+TEST_CASE("sampler draws at temperature 1 follow the model distribution") {
+  const auto dir = kbrl::test::model_fixtures() / "qwen3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  const auto prompt = to_vector(ref.prompts[0]);
+  // Two steps: the second step's distribution depends on the first token, so count the first
+  // step only, where every sample shares one distribution.
+  const std::int64_t N = 20000;
+  const auto samples = Sampler(m).generate({prompt}, N, params_with(1.0, 1.0, 0, 1, 2026));
+  const at::Tensor probs = at::softmax(m.forward(at::tensor(prompt, at::kLong).unsqueeze(0))[0][-1].to(at::kDouble), 0);
+  const std::int64_t V = probs.size(0);
+  std::vector<double> counts(static_cast<std::size_t>(V), 0);
+  for (const auto& s : samples) counts[static_cast<std::size_t>(s.tokens[0])] += 1;
+  // Pearson's statistic over tokens expected at least 5 times; the rest pooled into one bin.
+  auto chi_square = [&](const at::Tensor& q, std::int64_t& bins) {
+    double stat = 0, pooled_count = 0, pooled_expected = 0;
+    bins = 0;
+    for (std::int64_t v = 0; v < V; ++v) {
+      const double e = q[v].item<double>() * double(N), o = counts[static_cast<std::size_t>(v)];
+      if (e >= 5) {
+        stat += (o - e) * (o - e) / e;
+        ++bins;
+      } else {
+        pooled_count += o;
+        pooled_expected += e;
+      }
+    }
+    if (pooled_expected > 0) {
+      stat += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+      ++bins;
+    }
+    return stat;
+  };
+  std::int64_t bins = 0;
+  const double stat = chi_square(probs, bins);
+  const double df = double(bins - 1);
+  INFO("chi-square " << stat << " on " << df << " degrees of freedom");
+  WARN("chi-square " << stat << " on " << df << " degrees of freedom");
+  REQUIRE(df >= 20);
+  // Mean df, standard deviation sqrt(2 df): 5 standard deviations is far in the tail for the
+  // right distribution, and a fixed seed makes the outcome fixed.
+  CHECK(stat < df + 5 * std::sqrt(2 * df));
+  // The same test rejects a slightly wrong distribution (temperature 1.15).
+  std::int64_t bins_wrong = 0;
+  const at::Tensor wrong =
+      at::softmax(m.forward(at::tensor(prompt, at::kLong).unsqueeze(0))[0][-1].to(at::kDouble) / 1.15, 0);
+  const double stat_wrong = chi_square(wrong, bins_wrong);
+  WARN("chi-square against temperature 1.15: " << stat_wrong << " on " << bins_wrong - 1);
+  CHECK(stat_wrong > double(bins_wrong - 1) + 5 * std::sqrt(2.0 * double(bins_wrong - 1)));
+}
+
+TEST_CASE("sampler rejects bad parameters with the field named") {
+  const auto dir = kbrl::test::model_fixtures() / "qwen2_tied";
+  const auto m = load(dir);
+  const Sampler sampler(m);
+  const std::vector<std::vector<std::int64_t>> prompts = {{1, 2, 3}};
+  auto error_for = [&](const SamplingParams& p) { return invalid_argument_of([&] { sampler.generate(prompts, 1, p); }); };
+  using kbrl::test::contains;
+  CHECK(contains(error_for(params_with(1.0, 0.0, 0, 4)), "SamplingParams.top_p: 0 must be in (0, 1]"));
+  CHECK(contains(error_for(params_with(1.0, 1.5, 0, 4)), "SamplingParams.top_p: 1.5 must be in (0, 1]"));
+  CHECK(contains(error_for(params_with(1.0, NAN, 0, 4)), "SamplingParams.top_p"));
+  CHECK(contains(error_for(params_with(-0.5, 1.0, 0, 4)), "SamplingParams.temperature: -0.5"));
+  CHECK(contains(error_for(params_with(INFINITY, 1.0, 0, 4)), "SamplingParams.temperature"));
+  CHECK(contains(error_for(params_with(1.0, 1.0, -1, 4)), "SamplingParams.top_k: -1"));
+  CHECK(contains(error_for(params_with(1.0, 1.0, 0, 0)), "SamplingParams.max_tokens: 0"));
+  auto p = params_with(1.0, 1.0, 0, 4);
+  p.stop_strings = {"x"};
+  CHECK(contains(error_for(p), "SamplingParams.stop_strings: given, but the Sampler has no TokenBytes"));
+  p.stop_strings = {""};
+  CHECK(contains(invalid_argument_of([&] { Sampler(m, [](std::int64_t) { return std::string("a"); }).generate(prompts, 1, p); }),
+                 "SamplingParams.stop_strings[0]: must not be empty"));
+  p = params_with(1.0, 1.0, 0, 4);
+  p.stop_token_ids = {1000};
+  CHECK(contains(error_for(p), "SamplingParams.stop_token_ids: 1000 is outside the vocabulary"));
+  const auto ok = params_with(1.0, 1.0, 0, 4);
+  CHECK(contains(invalid_argument_of([&] { sampler.generate({{1, 2}, {}}, 1, ok); }), "prompts[1] is empty"));
+  CHECK(contains(invalid_argument_of([&] { sampler.generate({}, 1, ok); }), "no prompts"));
+  CHECK(contains(invalid_argument_of([&] { sampler.generate({{1, 96}}, 1, ok); }), "prompts[0][1] = 96 is outside"));
+  CHECK(contains(invalid_argument_of([&] { sampler.generate(prompts, 0, ok); }), "n = 0"));
+  CHECK(contains(invalid_argument_of([&] { sampler.generate(prompts, 1, ok, {1, 2}); }), "prompt_keys has 2 entries"));
+}
+
+TEST_CASE("sampler stop strings through a real tokenizer's bytes") {
+  const auto tokenizer = Tokenizer::from_file(fs::path(KBRL_SOURCE_DIR) / "tests/data/tokenizer/qwen2.json");
+  const auto dir = kbrl::test::model_fixtures() / "qwen3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  const auto g = to_vector(ref.greedy_fp32[0]);
+  auto text_of = [&](std::size_t count) {
+    std::vector<TokenId> ids(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(count));
+    return tokenizer.decode(ids);
+  };
+  // The text of greedy tokens 8 and 9: the sequence ends at its first occurrence.
+  const std::string stop = text_of(10).substr(text_of(8).size());
+  REQUIRE(!stop.empty());
+  std::size_t end = 0;
+  while (text_of(end + 1).find(stop) == std::string::npos) ++end;
+  REQUIRE(end <= 9);
+  auto p = params_with(0, 1, 0, 32);
+  p.stop_strings = {stop};
+  const auto s = Sampler(m, token_bytes_of(tokenizer)).generate({to_vector(ref.prompts[0])}, 1, p)[0];
+  INFO("stop string '" << stop << "', first complete after token " << end);
+  CHECK(s.stop_reason == StopReason::kStopString);
+  CHECK(s.tokens == std::vector<std::int64_t>(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(end) + 1));
+}
