@@ -64,6 +64,8 @@ options:
   --no-static-check          skip the static checker (runtime defenses still apply)
   --work-dir DIR             build cache, logs, baseline timings (default ~/.cache/kbrl)
   --no-baseline-cache        time every reference again instead of reusing the work dir's timings
+  --no-compile-pch           compile the binding file without a precompiled torch/extension.h
+  --no-light-headers         compile CUDA sources against torch's full headers at once
   --python PATH              interpreter with torch for the workers
   --summary-json FILE        also write the summary here
 )";
@@ -73,7 +75,8 @@ const std::set<std::string> kOptions = {"problems", "level", "run", "problem", "
                                         "compile-workers", "compile-timeout", "run-timeout", "sandbox",
                                         "work-dir", "python", "summary-json", "static-config"};
 const std::set<std::string> kFlags = {"no-timing",          "no-static-check",   "no-input-families",
-                                      "kernelbench-inputs", "no-baseline-cache", "help"};
+                                      "kernelbench-inputs", "no-baseline-cache", "no-compile-pch",
+                                      "no-light-headers",   "help"};
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted = true; }
@@ -95,6 +98,8 @@ eval::LocalEvaluatorConfig evaluator_config(const apps::Args& args) {
   c.devices = args.get_int_list("gpus");
   c.static_checks = !args.flag("no-static-check");
   c.baseline_cache = !args.flag("no-baseline-cache");
+  c.compile_pch = !args.flag("no-compile-pch");
+  c.compile_light_headers = !args.flag("no-light-headers");
   if (auto f = args.optional("static-config")) c.static_check_severity = eval::load_static_check_config(*f).severity;
   const std::string sandbox = args.get("sandbox", "auto");
   if (sandbox == "auto") c.sandbox = eval::SandboxMode::automatic;

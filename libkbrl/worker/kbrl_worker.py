@@ -10,7 +10,8 @@ on the child and classifies how the child ended.
 Protocol: one JSON object per line. The worker writes {"event": "ready", ...} on start, then
 reads a job per line from stdin and answers it with exactly one line on its protocol channel:
     {"op": "compile", "job_id": ..., "candidate_path": ..., "build_dir": ..., "language": ...,
-     "timeout_s": ...}
+     "timeout_s": ..., "fast_build": {"pch": true, "light_headers": true, "dir": ...}}
+      (fast_build: optional, see kbrl_fast_build.py; the reply's "metadata" says what it did)
     {"op": "run", "job_id": ..., "problem_path": ..., "candidate_path": ..., "build_dir": ...,
      "device": "cpu" | "cuda:0", "precision": "fp32", "seed": 123, "correctness_trials": 5,
      "timing_trials": 100, "warmup_runs": 5, "measure_performance": true, "time_reference": true,
@@ -30,6 +31,11 @@ import struct
 import sys
 import time
 import traceback
+
+try:  # next to this script; a worker copied without it builds plainly (and says so)
+    import kbrl_fast_build
+except ImportError:
+    kbrl_fast_build = None
 
 PROTOCOL_VERSION = 2
 MAX_MESSAGE = 1 << 20
@@ -210,22 +216,48 @@ def die_with_parent():
         pass
 
 
+def install_fast_build(job, torch):
+    """The compile accelerations the job asks for (kbrl_fast_build.py), in place before the
+    candidate is imported; returns a function giving the result's metadata."""
+    settings = job.get("fast_build") or {}
+    if not (settings.get("pch") or settings.get("light_headers")):
+        return dict
+    if kbrl_fast_build is None:
+        return lambda: {"fast_build": "unavailable: kbrl_fast_build.py is not next to the worker"}
+    try:
+        fast = kbrl_fast_build.FastBuild(torch, settings, job["build_dir"])
+        fast.install()
+    except Exception as exc:  # never a reason to fail the candidate: it builds plainly
+        message = "unavailable: {}: {}".format(type(exc).__name__, exc)
+        return lambda: {"fast_build": message}
+    return fast.metadata
+
+
 def child_compile(job, torch):
     start = time.monotonic()
+    fast_build = install_fast_build(job, torch)
+
+    def done(result):
+        metadata = fast_build()
+        if metadata:
+            result["metadata"] = metadata
+        result["compile_s"] = time.monotonic() - start
+        return result
+
     try:
         load_module(job["candidate_path"], "kbrl_candidate")
     except BaseException as exc:  # the candidate's build or import failed
         name, msg = exception_message(exc)
         if "Error building extension" in str(exc) or name == "CalledProcessError":
             detail = compiler_errors(read_tail(job["log_path"], 200000) + "\n" + str(exc))
-            return failure("compile", detail, compile_s=time.monotonic() - start)
+            return done(failure("compile", detail))
         if is_oom(exc):
-            return failure("out_of_memory", msg, compile_s=time.monotonic() - start)
-        return failure("compile", msg + "\n" + last_frames(exc), compile_s=time.monotonic() - start)
+            return done(failure("out_of_memory", msg))
+        return done(failure("compile", msg + "\n" + last_frames(exc)))
     module = sys.modules["kbrl_candidate"]
     if not isinstance(getattr(module, "ModelNew", None), type):
-        return failure("format", "the program defines no class ModelNew", compile_s=time.monotonic() - start)
-    return {"status": "ok", "compile_s": time.monotonic() - start}
+        return done(failure("format", "the program defines no class ModelNew"))
+    return done({"status": "ok"})
 
 
 def last_frames(exc, limit=3):

@@ -103,6 +103,8 @@ eval::LocalEvaluatorConfig config(const std::string& name) {
   c.work_dir = std::filesystem::path(KBRL_TEST_TMP) / ("eval-" + name);
   std::filesystem::remove_all(c.work_dir);
   c.compile_workers = 2;
+  // One precompiled header for all these tests (each would otherwise build its own, cold).
+  c.compile_cache_dir = std::filesystem::path(KBRL_TEST_TMP) / "compile_cache";
   c.limits.address_space_bytes = 8ull << 30;
   // Most candidates here are plain Python, which the static checker rejects before they run;
   // these tests are about what happens at run time. The checker's own test is below.

@@ -233,6 +233,9 @@ struct LocalEvaluator::Impl {
     fs::create_directories(config.work_dir / "builds");
     fs::create_directories(config.work_dir / "problems");
     fs::create_directories(config.work_dir / "logs");
+    if (config.compile_cache_dir.empty()) config.compile_cache_dir = config.work_dir / "compile_cache";
+    fs::create_directories(config.compile_cache_dir);
+    config.compile_cache_dir = fs::canonical(config.compile_cache_dir);
     config.work_dir = fs::canonical(config.work_dir);
     if (config.platform == core::DevicePlatform::cuda && config.cuda_arch.empty()) config.cuda_arch = detect_cuda_arch();
     if (config.platform == core::DevicePlatform::cpu && config.limits.address_space_bytes == 0) {
@@ -268,6 +271,9 @@ struct LocalEvaluator::Impl {
       if (!ec && fs::exists(abs)) sandbox_prefix.insert(sandbox_prefix.end(), {"--ro-bind", abs.string(), abs.string()});
     }
     sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.work_dir.string(), config.work_dir.string()});
+    const auto cache = config.compile_cache_dir.lexically_relative(config.work_dir);
+    if (cache.empty() || *cache.begin() == "..")  // outside the work directory: writable too
+      sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.compile_cache_dir.string(), config.compile_cache_dir.string()});
   }
 
   void load_baselines() {
@@ -475,6 +481,11 @@ struct LocalEvaluator::Impl {
     k["torch"] = lane.torch_version;
     k["arch"] = config.cuda_arch;
     k["protocol"] = kWorkerProtocol;
+    // Accelerated and plain builds compile to the same thing but not through the same files
+    // (ninja records the shadow headers and the PCH's forwarding header as dependencies), so
+    // each setting has build directories of its own; that also keeps A/B comparisons honest.
+    k["pch"] = config.compile_pch;
+    k["light_headers"] = config.compile_light_headers;
     return core::sha256_hex(json::serialize(k));
   }
 
@@ -510,6 +521,10 @@ struct LocalEvaluator::Impl {
                          {"language", core::to_string(job->req.language)},
                          {"log_path", (job->build_dir / "compile.log").string()},
                          {"limits", limits_json(true)}};
+    if (config.compile_pch || config.compile_light_headers)
+      request["fast_build"] = json::object{{"pch", config.compile_pch},
+                                           {"light_headers", config.compile_light_headers},
+                                           {"dir", config.compile_cache_dir.string()}};
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return stopping || (runs_waiting == 0 && runs_active == 0); });
@@ -569,6 +584,10 @@ struct LocalEvaluator::Impl {
   // returns true (the caller finishes the job once the lock is released).
   bool route_after_compile_locked(const JobPtr& job, const json::object& reply) {
     job->result.stage_seconds["compile"] = number_or(reply, "compile_s", 0.0);
+    // What the compile accelerations did ("pch": "used", "light_headers": "minimal", ...).
+    if (const auto* m = reply.if_contains("metadata"); m != nullptr && m->is_object())
+      for (const auto& [k, v] : m->get_object())
+        if (v.is_string()) job->result.metadata["compile_" + std::string(k)] = std::string(v.get_string());
     if (string_or(reply, "status") == "ok") {
       job->result.compiled = true;
       run_queue.push_back(job);

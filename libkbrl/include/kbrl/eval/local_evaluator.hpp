@@ -47,6 +47,14 @@ struct LocalEvaluatorConfig {
   std::map<std::string, core::Severity> static_check_severity;  // overrides by rule name (docs/static-checks.md)
   bool baseline_cache = true;           // time each reference once per device and settings
   bool keep_logs = false;               // keep every child's log, not only failures'
+  // Compile accelerations (docs/evaluator.md, "Compile speed"); neither changes what a candidate
+  // compiles to, and result.metadata says what each did (compile_pch, compile_light_headers).
+  bool compile_pch = true;            // a precompiled torch/extension.h for the binding file (g++)
+  bool compile_light_headers = true;  // CUDA sources built against fewer torch headers first
+  // Where both keep their shared files (a PCH per compiler and flag set, about 0.75 GB each, and
+  // the shadow headers); builds depend on them, so remove it only together with builds/.
+  // Empty: <work_dir>/compile_cache. Evaluators with different work dirs may share one.
+  std::filesystem::path compile_cache_dir;
 };
 
 // The interpreter from KBRL_PYTHON, else the one the build was configured with, else python3.
