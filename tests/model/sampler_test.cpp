@@ -279,6 +279,74 @@ TEST_CASE("sampler stop tokens end sequences and the others run on unchanged") {
   CHECK(std::string(stop_reason_name(StopReason::kStopToken)) == "stop_token");
 }
 
+TEST_CASE("decode_step equals forward with the cache") {
+  // The arithmetic the CUDA graphs replay, checked on any device: a step that writes through a
+  // device-side column and attends to a longer, masked span gives forward()'s logits.
+  for (const auto& dir : fixtures()) {
+    INFO(dir.filename().string());
+    const auto ref = kbrl::test::load_reference(dir);
+    const auto m = load(dir);
+    const auto prompts = prompts_of(ref);
+    std::int64_t T = 0;
+    for (const auto& p : prompts) T = std::max<std::int64_t>(T, static_cast<std::int64_t>(p.size()));
+    at::Tensor ids = at::zeros({static_cast<std::int64_t>(prompts.size()), T}, at::kLong), mask = at::zeros_like(ids);
+    for (std::size_t b = 0; b < prompts.size(); ++b)
+      for (std::size_t k = 0; k < prompts[b].size(); ++k) {
+        const auto col = T - static_cast<std::int64_t>(prompts[b].size()) + static_cast<std::int64_t>(k);
+        ids[static_cast<std::int64_t>(b)][col] = prompts[b][k];
+        mask[static_cast<std::int64_t>(b)][col] = 1;
+      }
+    const std::int64_t steps = 6, capacity = T + steps + 5;
+    KvCache eager = m.make_cache(ids.size(0), capacity), stepped = m.make_cache(ids.size(0), capacity);
+    at::Tensor a = m.forward(ids, mask, &eager, true).squeeze(1);
+    at::Tensor b = m.forward(ids, mask, &stepped, true).squeeze(1);
+    const at::Tensor column = at::full({1}, T, at::TensorOptions().dtype(at::kLong).device(m.device()));
+    for (std::int64_t s = 0; s < steps; ++s) {
+      const at::Tensor next = a.argmax(-1).unsqueeze(1);  // [B, 1]
+      a = m.forward(next, {}, &eager, true).squeeze(1);
+      b = m.decode_step(next.to(m.device()), stepped, column, capacity).squeeze(1);
+      stepped.note_decoded(1);
+      CHECK((a - b).abs().max().item<double>() < 1e-5);
+      CHECK(stepped.length() == eager.length());
+      CHECK(column.item<std::int64_t>() == eager.length());
+      CHECK(at::equal(stepped.lengths(), eager.lengths()));
+    }
+  }
+}
+
+TEST_CASE("sampler CUDA graphs give the eager loop's samples") {
+  const auto dir = kbrl::test::model_fixtures() / "qwen3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  if (!m.device().is_cuda()) {
+    WARN("CUDA graphs are used on CUDA devices only: KBRL_TEST_DEVICE=cuda runs this test");
+    return;
+  }
+  const auto prompts = prompts_of(ref);
+  SamplerOptions eager_options, graph_options;
+  eager_options.cuda_graphs = false;
+  graph_options.graph_span_step = 8;  // several spans, so several captures
+  const Sampler eager(m, {}, eager_options), graphed(m, {}, graph_options);
+  for (const double temperature : {0.0, 1.0}) {
+    auto p = params_with(temperature, 0.9, 40, 30, 5);
+    const auto free_run = eager.generate(prompts, 3, p);
+    // Rows that stop early make the graphed loop drop them and capture smaller batches.
+    p.stop_token_ids = {free_run[0].tokens[4], free_run[4].tokens[9]};
+    for (const auto& params : {params_with(temperature, 0.9, 40, 30, 5), p}) {
+      const auto x = eager.generate(prompts, 3, params);
+      const auto y = graphed.generate(prompts, 3, params);
+      REQUIRE(x.size() == y.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        INFO("sample " << i << " temperature " << temperature);
+        CHECK(x[i].tokens == y[i].tokens);
+        CHECK(x[i].stop_reason == y[i].stop_reason);
+        REQUIRE(x[i].logprobs.size() == y[i].logprobs.size());
+        for (std::size_t k = 0; k < x[i].logprobs.size(); ++k) CHECK(std::abs(x[i].logprobs[k] - y[i].logprobs[k]) < 1e-4);
+      }
+    }
+  }
+}
+
 TEST_CASE("sampler stop strings end sequences on the token that completes them") {
   const auto dir = kbrl::test::model_fixtures() / "qwen3_gqa";
   const auto ref = kbrl::test::load_reference(dir);

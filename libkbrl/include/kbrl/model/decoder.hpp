@@ -84,6 +84,9 @@ class KvCache {
   KvCache select_rows(const at::Tensor& rows) const;
   // Makes room for `columns` more columns (forward grows the cache by itself when needed).
   void reserve(std::int64_t columns);
+  // After `steps` runs of DecoderModel::decode_step (which cannot touch host-side state when
+  // replayed from a CUDA graph): length() follows the columns they filled.
+  void note_decoded(std::int64_t steps) { length_ += steps; }
 
  private:
   friend class DecoderModel;
@@ -123,9 +126,22 @@ class DecoderModel {
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, KvCache* cache = nullptr,
                      bool last_only = false) const;
 
+  // One decoding step in a form a CUDA graph can capture (the Sampler's fast path on CUDA):
+  //   ids     [B, 1] int64 on the model's device, one new token per row
+  //   column  int64 [1] on the device: the cache column the tokens go to; incremented in place
+  //   span    the step attends to the cache's first `span` columns (a host number, fixed in a graph)
+  // returns logits [B, 1, vocab]. No host synchronization and no checks: the caller keeps
+  // column < span <= capacity and ids inside the vocabulary. The cache's tensors change in
+  // place (keys, values, valid, lengths), its host-side length() does not: note_decoded.
+  // Same arithmetic as forward() with the cache, over a longer span of masked columns.
+  at::Tensor decode_step(const at::Tensor& ids, KvCache& cache, const at::Tensor& column, std::int64_t span) const;
+
  private:
+  // Writes this step's keys and values into the cache at columns past..past+T-1, or, when
+  // `column` is defined, at that device-side column (decode_step); attends to columns 0..span-1.
   at::Tensor attention(const DecoderLayer& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                       const at::Tensor& mask, KvCache* cache, std::size_t layer_index, std::int64_t past) const;
+                       const at::Tensor& mask, KvCache* cache, std::size_t layer_index, std::int64_t past,
+                       const at::Tensor& column = {}, std::int64_t span = 0) const;
 
   ModelConfig config_;
   DecoderWeights weights_;

@@ -57,9 +57,19 @@ at::Tensor sampling_logprobs(const at::Tensor& logits, const SamplingParams& par
 // numbers, the top 53 bits. Pure function of its arguments.
 double sampling_uniform(std::uint64_t seed, std::uint64_t prompt, std::uint64_t sample, std::uint64_t step);
 
+struct SamplerOptions {
+  // On a CUDA device, decode by replaying CUDA graphs of the whole step (model and draw) instead
+  // of launching each kernel from the host: same arithmetic, attention over a longer masked span.
+  // Needs libtorch with CUDA (detail: decode_graph_cuda.cpp); ignored elsewhere.
+  bool cuda_graphs = true;
+  // A graph attends to a fixed number of cache columns, a multiple of this; a longer sample
+  // captures the next size when it gets there.
+  std::int64_t graph_span_step = 256;
+};
+
 class Sampler {
  public:
-  explicit Sampler(const DecoderModel& model, TokenBytes token_bytes = {});
+  explicit Sampler(const DecoderModel& model, TokenBytes token_bytes = {}, SamplerOptions options = {});
 
   // prompts: token ids, each non-empty, any lengths. n >= 1 samples per prompt. Returns
   // prompts.size() * n samples, prompt-major (index = prompt * n + sample). prompt_keys: the
@@ -72,6 +82,7 @@ class Sampler {
  private:
   const DecoderModel* model_;
   TokenBytes token_bytes_;
+  SamplerOptions options_;
 };
 
 }  // namespace kbrl::model

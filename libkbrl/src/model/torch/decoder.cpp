@@ -232,7 +232,8 @@ KvCache DecoderModel::make_cache(std::int64_t batch, std::int64_t capacity) cons
 
 at::Tensor DecoderModel::attention(const DecoderLayer& layer, const at::Tensor& x, const at::Tensor& cos,
                                    const at::Tensor& sin, const at::Tensor& mask, KvCache* cache,
-                                   std::size_t layer_index, std::int64_t past) const {
+                                   std::size_t layer_index, std::int64_t past, const at::Tensor& column,
+                                   std::int64_t span) const {
   const auto B = x.size(0), T = x.size(1);
   const auto H = config_.num_attention_heads, Hkv = config_.num_key_value_heads, D = config_.head_dim;
   const auto group = H / Hkv;
@@ -252,7 +253,12 @@ at::Tensor DecoderModel::attention(const DecoderLayer& layer, const at::Tensor& 
   k = k * c + rotate_half(k) * s;
 
   at::Tensor keys = k, values = v;  // [B, Hkv, S, D], S = past + T
-  if (cache != nullptr) {
+  if (column.defined()) {
+    cache->keys_[layer_index].index_copy_(2, column, k);
+    cache->values_[layer_index].index_copy_(2, column, v);
+    keys = cache->keys_[layer_index].narrow(2, 0, span);
+    values = cache->values_[layer_index].narrow(2, 0, span);
+  } else if (cache != nullptr) {
     cache->keys_[layer_index].narrow(2, past, T).copy_(k);
     cache->values_[layer_index].narrow(2, past, T).copy_(v);
     keys = cache->keys_[layer_index].narrow(2, 0, past + T);
@@ -350,6 +356,30 @@ at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& 
   }
   if (last_only) h = h.narrow(1, T - 1, 1);  // [B, 1, hidden]: norm is per position
   return weights_.lm_head.forward(rms_norm(h, weights_.norm, config_.rms_norm_eps));  // [B, T|1, vocab]
+}
+
+at::Tensor DecoderModel::decode_step(const at::Tensor& ids, KvCache& cache, const at::Tensor& column,
+                                     std::int64_t span) const {
+  // The new column holds a real token in every row; the row's position is its real-token count.
+  cache.valid_.index_fill_(1, column, true);
+  const at::Tensor positions = cache.lengths_.unsqueeze(1);  // [B, 1]
+  // mask [B, 1, 1, span]: every valid column up to this one; later columns are not valid yet.
+  const at::Tensor mask = cache.valid_.narrow(1, 0, span).unsqueeze(1).unsqueeze(1);
+  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, 1, D/2]
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);
+  const at::Tensor cos = emb.cos().to(options_.dtype), sin = emb.sin().to(options_.dtype);
+
+  at::Tensor h = at::embedding(weights_.embed_tokens, ids);  // [B, 1, hidden]
+  for (std::size_t l = 0; l < weights_.layers.size(); ++l) {
+    const DecoderLayer& layer = weights_.layers[l];
+    h = h + attention(layer, rms_norm(h, layer.input_norm, config_.rms_norm_eps), cos, sin, mask, &cache, l, 0,
+                      column, span);
+    const at::Tensor x = rms_norm(h, layer.post_attention_norm, config_.rms_norm_eps);
+    h = h + layer.down_proj.forward(at::silu(layer.gate_proj.forward(x)) * layer.up_proj.forward(x));
+  }
+  cache.lengths_.add_(1);
+  column.add_(1);
+  return weights_.lm_head.forward(rms_norm(h, weights_.norm, config_.rms_norm_eps));  // [B, 1, vocab]
 }
 
 }  // namespace kbrl::model

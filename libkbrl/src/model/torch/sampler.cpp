@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_graph.hpp"
 #include "kbrl/core/error.hpp"
 #include "text.hpp"
 
@@ -86,8 +87,39 @@ at::Tensor sampling_logprobs(const at::Tensor& logits, const SamplingParams& par
   return lp;
 }
 
-Sampler::Sampler(const DecoderModel& model, TokenBytes token_bytes)
-    : model_(&model), token_bytes_(std::move(token_bytes)) {}
+namespace detail {
+
+std::pair<at::Tensor, at::Tensor> draw_tokens(const at::Tensor& logits, const SamplingParams& params,
+                                              const at::Tensor& uniforms) {
+  const at::Tensor lp = sampling_logprobs(logits, params);  // [R, vocab] float32
+  at::Tensor next;
+  if (params.temperature == 0) {
+    next = logits.argmax(-1);
+  } else {
+    // Inverse CDF in vocabulary order, in float64: the first token whose cumulative mass
+    // exceeds u * total. Tokens after the last allowed one have cdf == total and are never
+    // counted, so an excluded token cannot be drawn even when u * total rounds up.
+    const at::Tensor cdf = lp.exp().to(at::kDouble).cumsum(-1);
+    const at::Tensor total = cdf.narrow(-1, cdf.size(-1) - 1, 1);
+    const at::Tensor target = uniforms.unsqueeze(1) * total;
+    next = ((cdf <= target) & (cdf < total)).sum(-1);
+  }
+  return {next, lp.gather(-1, next.unsqueeze(1)).squeeze(1)};
+}
+
+#ifndef KBRL_CUDA_GRAPHS
+bool cuda_graphs_built() { return false; }
+
+std::unique_ptr<DecodeGraph> capture_decode_graph(const DecoderModel&, KvCache&, const std::vector<std::int64_t>&,
+                                                  const SamplingParams&, std::int64_t) {
+  throw core::InvalidArgument("this build of kbrl has no CUDA graphs (libtorch without CUDA)");
+}
+#endif
+
+}  // namespace detail
+
+Sampler::Sampler(const DecoderModel& model, TokenBytes token_bytes, SamplerOptions options)
+    : model_(&model), token_bytes_(std::move(token_bytes)), options_(options) {}
 
 std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
                                       const SamplingParams& params,
@@ -148,35 +180,38 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
   std::size_t longest_stop = 0;
   for (const auto& s : params.stop_strings) longest_stop = std::max(longest_stop, s.size());
 
+  // Decoding runs as CUDA-graph replays where it can: a graph per batch size and attention
+  // span (span grows in steps of options_.graph_span_step columns). Finished rows stay in the
+  // graph's batch (their draws are ignored) until at most half of them still run; then the
+  // cache drops them and a smaller graph is captured. Elsewhere each step runs eagerly and
+  // finished rows leave the batch at once.
+  const bool graphs = options_.cuda_graphs && device.is_cuda() && detail::cuda_graphs_built() && params.max_tokens > 2;
+  std::unique_ptr<detail::DecodeGraph> graph;
+  constexpr std::size_t kFinished = static_cast<std::size_t>(-1);
+  std::vector<std::int64_t> last(rows.size(), 0);  // batch row -> its last token
   for (std::int64_t step = 0;; ++step) {
-    const at::Tensor lp = sampling_logprobs(logits, params);  // [R, vocab] float32
-    at::Tensor next;
-    if (params.temperature == 0) {
-      next = logits.argmax(-1);
-    } else {
-      std::vector<double> u(rows.size());
+    std::vector<double> u(rows.size(), 0.5);
+    if (params.temperature != 0)
       for (std::size_t r = 0; r < rows.size(); ++r)
-        u[r] = sampling_uniform(params.seed,
-                                prompt_keys.empty() ? out[rows[r]].prompt_index : prompt_keys[out[rows[r]].prompt_index], out[rows[r]].sample_index,
-                                static_cast<std::uint64_t>(step));
-      const at::Tensor uniform = at::tensor(u, at::kDouble).to(device, /*non_blocking=*/false);
-      // Inverse CDF in vocabulary order, in float64: the first token whose cumulative mass
-      // exceeds u * total. Tokens after the last allowed one have cdf == total and are
-      // never counted, so an excluded token cannot be drawn even when u * total rounds up.
-      const at::Tensor cdf = lp.exp().to(at::kDouble).cumsum(-1);
-      const at::Tensor total = cdf.narrow(-1, cdf.size(-1) - 1, 1);
-      const at::Tensor target = uniform.unsqueeze(1) * total;
-      next = ((cdf <= target) & (cdf < total)).sum(-1);
+        if (rows[r] != kFinished)
+          u[r] = sampling_uniform(params.seed,
+                                  prompt_keys.empty() ? out[rows[r]].prompt_index : prompt_keys[out[rows[r]].prompt_index],
+                                  out[rows[r]].sample_index, static_cast<std::uint64_t>(step));
+    at::Tensor host;  // [2, rows] float64: tokens and their logprobs; the one host sync of a step
+    if (graph) {
+      host = graph->step(u);
+    } else {
+      const auto [next, chosen_lp] = detail::draw_tokens(logits, params, at::tensor(u, at::kDouble).to(device));
+      host = at::stack({next.to(at::kDouble), chosen_lp.to(at::kDouble)}).to(at::kCPU);
     }
-    const at::Tensor chosen_lp = lp.gather(-1, next.unsqueeze(1)).squeeze(1);
-    // The one host sync of the step: tokens and their logprobs, to check stopping.
-    const at::Tensor host = at::stack({next.to(at::kDouble), chosen_lp.to(at::kDouble)}).to(at::kCPU);
     const auto h = host.accessor<double, 2>();
 
     std::vector<std::int64_t> keep;
     for (std::size_t r = 0; r < rows.size(); ++r) {
+      if (rows[r] == kFinished) continue;
       Sample& s = out[rows[r]];
       const auto token = static_cast<std::int64_t>(h[0][static_cast<std::int64_t>(r)]);
+      last[r] = token;
       s.tokens.push_back(token);
       s.logprobs.push_back(static_cast<float>(h[1][static_cast<std::int64_t>(r)]));
       bool done = true;
@@ -199,20 +234,37 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
       } else {
         done = false;
       }
-      if (!done) keep.push_back(static_cast<std::int64_t>(r));
+      if (done) {
+        rows[r] = kFinished;
+      } else {
+        keep.push_back(static_cast<std::int64_t>(r));
+      }
     }
     if (keep.empty()) break;
-    at::Tensor next_ids = next.unsqueeze(1);
-    if (keep.size() < rows.size()) {
-      // Finished rows leave the batch, so later steps cost only what is still running.
+    const bool compact = graphs ? keep.size() * 2 <= rows.size() : keep.size() < rows.size();
+    if (compact) {
       const at::Tensor index = at::tensor(keep, at::kLong).to(device);
+      graph.reset();  // it refers to the cache about to be replaced
       cache = cache.select_rows(index);
-      next_ids = next_ids.index_select(0, index);
       std::vector<std::size_t> still;
-      for (const auto r : keep) still.push_back(rows[static_cast<std::size_t>(r)]);
+      std::vector<std::int64_t> still_last;
+      for (const auto r : keep) {
+        still.push_back(rows[static_cast<std::size_t>(r)]);
+        still_last.push_back(last[static_cast<std::size_t>(r)]);
+      }
       rows = std::move(still);
+      last = std::move(still_last);
     }
-    logits = model_->forward(next_ids, {}, &cache, /*last_only=*/true).squeeze(1);
+    if (graphs) {
+      if (!graph || cache.length() >= graph->span()) {
+        graph.reset();
+        const std::int64_t span =
+            std::min(cache.capacity(), (cache.length() / options_.graph_span_step + 1) * options_.graph_span_step);
+        graph = detail::capture_decode_graph(*model_, cache, last, params, span);
+      }
+    } else {
+      logits = model_->forward(at::tensor(last, at::kLong).unsqueeze(1), {}, &cache, /*last_only=*/true).squeeze(1);
+    }
   }
   return out;
 }
