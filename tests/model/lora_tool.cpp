@@ -1,0 +1,52 @@
+// The C++ half of model:fresh_peft_parity (peft_parity.py is the other):
+//   lora_tool make <model_dir> <out_dir>
+//       attaches a rank-4 adapter (seeded A, seeded random non-zero B), writes <out_dir>/adapter
+//       (PEFT files) and <out_dir>/merged (a Hugging Face checkpoint with the adapter merged)
+//   lora_tool logits <model_dir> <adapter_dir or -> <inputs.safetensors> <out.safetensors>
+//       fp32 logits of input_ids [B, T] (inputs' "input_ids") with the adapter loaded, as "logits"
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "kbrl/model/lora.hpp"
+#include "kbrl/model/torch_tensors.hpp"
+
+using namespace kbrl::model;
+
+int main(int argc, char** argv) {
+  try {
+    const std::string mode = argc > 1 ? argv[1] : "";
+    const c10::NoGradGuard no_grad;
+    if (mode == "make" && argc == 4) {
+      DecoderModel m = DecoderModel::load(argv[2]);
+      LoraConfig c;
+      c.rank = 4;
+      c.alpha = 8;
+      c.seed = 123;
+      LoraModel lora = LoraModel::attach(m, c);
+      at::manual_seed(7);
+      for (const auto& [name, t] : lora.trainable_parameters())
+        if (name.find("lora_B") != std::string::npos) t.copy_(at::randn(t.sizes()) * 0.2);
+      const std::string out = argv[3];
+      lora.save(out + "/adapter", argv[2]);
+      lora.save_merged(out + "/merged", argv[2]);
+      return 0;
+    }
+    if (mode == "logits" && argc == 6) {
+      DecoderModel m = DecoderModel::load(argv[2]);
+      if (std::string(argv[3]) != "-") LoraModel::load(m, argv[3]);
+      const auto inputs = load_tensors(argv[4]);
+      save_tensors(argv[5], {{"logits", m.forward(inputs.at("input_ids")).contiguous()}});
+      return 0;
+    }
+    std::cerr << "usage: lora_tool make <model_dir> <out_dir>\n"
+                 "       lora_tool logits <model_dir> <adapter_dir|-> <inputs.safetensors> <out.safetensors>\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "lora_tool: " << e.what() << "\n";
+    return 1;
+  }
+}
