@@ -4,9 +4,11 @@
 #include <boost/json.hpp>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -261,8 +263,33 @@ TEST_CASE("lora gradients match central finite differences with and without chec
     }
   }
   CHECK(checked == 24);
-  UNSCOPED_INFO("finite differences: " << checked << " entries, worst relative difference " << worst_rel);
+  std::cout << "finite differences: " << checked << " entries, worst relative difference " << worst_rel << "\n";
   CHECK(worst_rel < 1e-6);
+}
+
+TEST_CASE("checkpoint keeps nothing of fn and replays it in backward") {
+  int calls = 0;
+  const at::Tensor w = at::randn({4, 4}, at::kDouble).requires_grad_(true);
+  const at::Tensor x = at::randn({3, 4}, at::kDouble).requires_grad_(true);
+  const auto fn = [&](const at::Tensor& in) {
+    ++calls;
+    return at::tanh(at::matmul(in, w)).pow(2);
+  };
+  const at::Tensor y = checkpoint(fn, x, {w});
+  CHECK(calls == 1);
+  // The output's graph is one node whose inputs are x and w: fn's tanh and pow were not recorded.
+  REQUIRE(y.grad_fn());
+  CHECK(y.grad_fn()->name().find("CheckpointFunction") != std::string::npos);
+  const auto got = torch::autograd::grad({y.sum()}, {x, w});
+  CHECK(calls == 2);
+  const auto want = torch::autograd::grad({fn(x).sum()}, {x, w});
+  CHECK(at::equal(got[0], want[0]));
+  CHECK(at::equal(got[1], want[1]));
+  // Without grad mode it is fn itself.
+  const c10::NoGradGuard no_grad;
+  calls = 0;
+  CHECK_FALSE(checkpoint(fn, x, {w}).requires_grad());
+  CHECK(calls == 1);
 }
 
 TEST_CASE("checkpointed layers replay the same dropout masks") {
