@@ -267,6 +267,23 @@ TEST_CASE("lora gradients match central finite differences with and without chec
   CHECK(worst_rel < 1e-6);
 }
 
+TEST_CASE("lora on a bf16 model trains fp32 adapters") {
+  auto m = load_model("qwen2_tied", at::kBFloat16);
+  LoraModel lora = LoraModel::attach(m, LoraConfig{});
+  randomise(lora, 4);
+  const auto [ids, mask] = batch(true);
+  TrainForwardOptions o;
+  o.checkpoint_layers = true;
+  const at::Tensor lp = token_logprobs(m, ids, mask, at::roll(ids, -1, 1), o);
+  CHECK(lp.scalar_type() == at::kFloat);
+  const auto grads = torch::autograd::grad({lp.sum()}, lora.parameters());
+  for (const auto& g : grads) {
+    CHECK(g.scalar_type() == at::kFloat);
+    CHECK(at::isfinite(g).all().item<bool>());
+  }
+  CHECK(grads[0].abs().max().item<double>() > 0);  // lora_A of q_proj: B is non-zero
+}
+
 TEST_CASE("checkpoint keeps nothing of fn and replays it in backward") {
   int calls = 0;
   const at::Tensor w = at::randn({4, 4}, at::kDouble).requires_grad_(true);

@@ -2,8 +2,9 @@
 //   lora_tool make <model_dir> <out_dir>
 //       attaches a rank-4 adapter (seeded A, seeded random non-zero B), writes <out_dir>/adapter
 //       (PEFT files) and <out_dir>/merged (a Hugging Face checkpoint with the adapter merged)
-//   lora_tool logits <model_dir> <adapter_dir or -> <inputs.safetensors> <out.safetensors>
-//       fp32 logits of input_ids [B, T] (inputs' "input_ids") with the adapter loaded, as "logits"
+//   lora_tool logits <model_dir> <adapter_dir or -> <inputs.safetensors> <out.safetensors> [bf16]
+//       logits of input_ids [B, T] (inputs' "input_ids") with the adapter loaded, as "logits":
+//       fp32, or a bf16 model (fused attention, as transformers' sdpa) with fp32 adapters
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -35,15 +36,20 @@ int main(int argc, char** argv) {
       lora.save_merged(out + "/merged", argv[2]);
       return 0;
     }
-    if (mode == "logits" && argc == 6) {
-      DecoderModel m = DecoderModel::load(argv[2]);
+    if (mode == "logits" && (argc == 6 || (argc == 7 && std::string(argv[6]) == "bf16"))) {
+      LoadOptions o;
+      if (argc == 7) {
+        o.dtype = at::kBFloat16;
+        o.attention = AttentionKernel::kFused;
+      }
+      DecoderModel m = DecoderModel::load(argv[2], o);
       if (std::string(argv[3]) != "-") LoraModel::load(m, argv[3]);
       const auto inputs = load_tensors(argv[4]);
       save_tensors(argv[5], {{"logits", m.forward(inputs.at("input_ids")).contiguous()}});
       return 0;
     }
     std::cerr << "usage: lora_tool make <model_dir> <out_dir>\n"
-                 "       lora_tool logits <model_dir> <adapter_dir|-> <inputs.safetensors> <out.safetensors>\n";
+                 "       lora_tool logits <model_dir> <adapter_dir|-> <inputs.safetensors> <out.safetensors> [bf16]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "lora_tool: " << e.what() << "\n";

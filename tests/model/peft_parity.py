@@ -3,7 +3,9 @@
 For each model: (a) an adapter kbrl wrote loads into transformers + PEFT without warnings and
 gives kbrl's logits; kbrl's merged export loads into transformers and gives them too; (b) an
 adapter PEFT wrote (random non-zero B, rsLoRA, a subset of targets) loads into kbrl and gives
-PEFT's logits. fp32, tolerance 1e-5 (max absolute logit difference).
+PEFT's logits. fp32, tolerance 1e-5 (max absolute logit difference). bf16 models with fp32
+adapters (PEFT's autocast_adapter_dtype): the same logits bit for bit, since kbrl's fused
+attention path runs transformers' ops in transformers' order on this machine.
 
 usage: peft_parity.py <lora_tool> <fixtures_dir> <scratch_dir>
 """
@@ -45,14 +47,27 @@ def main() -> int:
         ids = torch.randint(0, vocab, (2, 9), generator=torch.Generator().manual_seed(1))
         save_file({"input_ids": ids}, str(work / "inputs.safetensors"))
 
-        def base():
-            return transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+        def base(dtype=torch.float32):
+            return transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).eval()
 
-        def kbrl_logits(adapter):
-            out = work / f"kbrl_logits_{adapter.name if adapter else 'base'}.safetensors"
+        def kbrl_logits(adapter, bf16=False):
+            out = work / f"kbrl_logits_{adapter.name if adapter else 'base'}{'_bf16' if bf16 else ''}.safetensors"
             subprocess.run([tool, "logits", str(model_dir), str(adapter) if adapter else "-",
-                            str(work / "inputs.safetensors"), str(out)], check=True)
+                            str(work / "inputs.safetensors"), str(out)] + (["bf16"] if bf16 else []), check=True)
             return load_file(str(out))["logits"]
+
+        def check_bf16(what, adapter):
+            model = peft.PeftModel.from_pretrained(base(torch.bfloat16), str(adapter)).eval()
+            dtypes = {p.dtype for n, p in model.named_parameters() if "lora_" in n}
+            if dtypes != {torch.float32}:
+                failures.append(f"{what}: PEFT's adapters are {dtypes}, not float32")
+            with torch.no_grad():
+                reference = model(ids).logits
+            diff = (kbrl_logits(adapter, bf16=True).float() - reference.float()).abs().max().item()
+            ok = diff == 0.0
+            print(f"{what}: max |logit difference| {diff:.3g} {'ok (bit for bit)' if ok else 'FAIL'}")
+            if not ok:
+                failures.append(what)
 
         # (a) kbrl's adapter in PEFT, kbrl's merged export in transformers.
         subprocess.run([tool, "make", str(model_dir), str(work / "kbrl")], check=True)
@@ -75,6 +90,7 @@ def main() -> int:
                                                                    dtype=torch.float32).eval()
         with torch.no_grad():
             check(f"{name} merged export in transformers vs PEFT", (merged(ids).logits - reference).abs().max().item())
+        check_bf16(f"{name} kbrl adapter, bf16 model, kbrl vs PEFT", work / "kbrl" / "adapter")
 
         # (b) PEFT's adapter in kbrl.
         config = peft.LoraConfig(r=3, lora_alpha=5, use_rslora=True, lora_dropout=0.1, task_type="CAUSAL_LM",
@@ -89,6 +105,7 @@ def main() -> int:
         with torch.no_grad():
             reference = model(ids).logits
         check(f"{name} PEFT adapter, kbrl vs PEFT", (kbrl_logits(work / "peft") - reference).abs().max().item())
+        check_bf16(f"{name} PEFT adapter, bf16 model, kbrl vs PEFT", work / "peft")
 
     if failures:
         print("FAILED:", ", ".join(failures))
