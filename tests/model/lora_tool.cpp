@@ -5,21 +5,47 @@
 //   lora_tool logits <model_dir> <adapter_dir or -> <inputs.safetensors> <out.safetensors> [bf16]
 //       logits of input_ids [B, T] (inputs' "input_ids") with the adapter loaded, as "logits":
 //       fp32, or a bf16 model (fused attention, as transformers' sdpa) with fp32 adapters
+//   lora_tool grads <model_dir> <adapter_dir> <inputs.safetensors> <out.safetensors> [checkpoint]
+//       fp32: loss = sum(weights * token_logprobs(input_ids, attention_mask, targets)); writes
+//       "loss", "logprobs" and the gradient of every adapter tensor under its PEFT name
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
 #include <exception>
 #include <iostream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "kbrl/model/lora.hpp"
 #include "kbrl/model/torch_tensors.hpp"
+#include "kbrl/model/train_forward.hpp"
+
+#include <torch/csrc/autograd/autograd.h>
 
 using namespace kbrl::model;
 
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "grads" && (argc == 6 || (argc == 7 && std::string(argv[6]) == "checkpoint"))) {
+      DecoderModel m = DecoderModel::load(argv[2]);
+      const LoraModel lora = LoraModel::load(m, argv[3]);
+      const auto in = load_tensors(argv[4]);
+      TrainForwardOptions o;
+      o.checkpoint_layers = argc == 7;
+      o.logprob_chunk_tokens = 5;  // several chunks, one of them partial
+      const at::Tensor lp = token_logprobs(m, in.at("input_ids"), in.at("attention_mask"), in.at("targets"), o);
+      const at::Tensor loss = (lp * in.at("weights")).sum();
+      const auto params = lora.trainable_parameters();
+      std::vector<at::Tensor> wrt;
+      for (const auto& [name, t] : params) wrt.push_back(t);
+      const auto grads = torch::autograd::grad({loss}, wrt);
+      std::map<std::string, at::Tensor> out{{"loss", loss.detach()}, {"logprobs", lp.detach()}};
+      for (std::size_t i = 0; i < params.size(); ++i) out.emplace(params[i].first, grads[i]);
+      save_tensors(argv[5], out);
+      return 0;
+    }
     const c10::NoGradGuard no_grad;
     if (mode == "make" && argc == 4) {
       DecoderModel m = DecoderModel::load(argv[2]);
@@ -49,7 +75,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::cerr << "usage: lora_tool make <model_dir> <out_dir>\n"
-                 "       lora_tool logits <model_dir> <adapter_dir|-> <inputs.safetensors> <out.safetensors> [bf16]\n";
+                 "       lora_tool logits <model_dir> <adapter_dir|-> <inputs.safetensors> <out.safetensors> [bf16]\n"
+                 "       lora_tool grads <model_dir> <adapter_dir> <inputs.safetensors> <out.safetensors> [checkpoint]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "lora_tool: " << e.what() << "\n";

@@ -5,7 +5,10 @@ gives kbrl's logits; kbrl's merged export loads into transformers and gives them
 adapter PEFT wrote (random non-zero B, rsLoRA, a subset of targets) loads into kbrl and gives
 PEFT's logits. fp32, tolerance 1e-5 (max absolute logit difference). bf16 models with fp32
 adapters (PEFT's autocast_adapter_dtype): the same logits bit for bit, since kbrl's fused
-attention path runs transformers' ops in transformers' order on this machine.
+attention path runs transformers' ops in transformers' order on this machine. Training: the
+gradients of sum(w * log p(target)) over a right-padded batch with respect to every adapter
+tensor, kbrl's token_logprobs (plain and with checkpointed layers) vs PEFT's autograd, fp32,
+bound 1e-4 relative to the largest gradient entry.
 
 usage: peft_parity.py <lora_tool> <fixtures_dir> <scratch_dir>
 """
@@ -106,6 +109,37 @@ def main() -> int:
             reference = model(ids).logits
         check(f"{name} PEFT adapter, kbrl vs PEFT", (kbrl_logits(work / "peft") - reference).abs().max().item())
         check_bf16(f"{name} PEFT adapter, bf16 model, kbrl vs PEFT", work / "peft")
+
+        # Gradients through token_logprobs vs PEFT's autograd, on PEFT's adapter.
+        mask = torch.ones_like(ids)
+        mask[1, -3:] = 0  # right padding: real positions compute what they compute alone
+        targets = torch.roll(ids, -1, 1)
+        weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(2))
+        save_file({"input_ids": ids, "attention_mask": mask, "targets": targets, "weights": weights},
+                  str(work / "train_inputs.safetensors"))
+        model = peft.PeftModel.from_pretrained(base(), str(work / "peft"), is_trainable=True).eval()
+        logprobs = torch.log_softmax(model(ids, attention_mask=mask).logits.float(), -1)
+        logprobs = logprobs.gather(2, targets.unsqueeze(2)).squeeze(2) * mask
+        (logprobs * weights).sum().backward()
+        reference = {n.replace(".default", ""): p.grad for n, p in model.named_parameters() if p.requires_grad}
+        for mode in ["plain", "checkpoint"]:
+            out = work / f"kbrl_grads_{mode}.safetensors"
+            subprocess.run([tool, "grads", str(model_dir), str(work / "peft"), str(work / "train_inputs.safetensors"),
+                            str(out)] + (["checkpoint"] if mode == "checkpoint" else []), check=True)
+            ours = load_file(str(out))
+            lp_diff = (ours["logprobs"] - logprobs.detach()).abs().max().item()
+            names = sorted(reference)
+            missing = [n for n in names if n not in ours]
+            if missing or len(names) != len(ours) - 2:
+                failures.append(f"{name} gradients: keys differ ({missing[:3]})")
+                continue
+            scale = max(reference[n].abs().max().item() for n in names)
+            worst = max((ours[n] - reference[n]).abs().max().item() for n in names)
+            ok = worst <= 1e-4 * scale and lp_diff <= TOLERANCE
+            print(f"{name} gradients ({mode}, {len(names)} tensors): max |difference| {worst:.3g} "
+                  f"(largest entry {scale:.3g}), logprobs {lp_diff:.3g} {'ok' if ok else 'FAIL'}")
+            if not ok:
+                failures.append(f"{name} gradients {mode}")
 
     if failures:
         print("FAILED:", ", ".join(failures))
