@@ -139,9 +139,12 @@ TEST_CASE("lora with zero B leaves logits bit identical and merge matches the ad
       CHECK(changed > 1e-2);
       const DecoderModel merged = lora.merged();
       const double merge_diff = kbrl::test::max_abs_diff(merged.forward(ids, mask), adapted);
-      // fp32: rounding only. bf16: the merged weight is rounded to bf16 once, the adapter path
-      // rounds the sum of products; both sit within bf16 noise of the logits' size.
-      CHECK(merge_diff <= (dtype == at::kFloat ? 1e-5 : 0.1 * changed + 0.05));
+      const double scale = std::max(1.0, adapted.to(at::kDouble).abs().max().item<double>());
+      std::cout << name << " " << c10::toString(dtype) << ": adapter moves logits by " << changed
+                << ", merged vs adapter " << merge_diff << ", largest logit " << scale << "\n";
+      // fp32: rounding only. bf16: the merged weight is rounded to bf16 once where the adapter
+      // path rounds the sum; bf16 noise, as between kbrl and transformers (decoder_test).
+      CHECK(merge_diff <= (dtype == at::kFloat ? 1e-6 : 2e-2) * scale);
       // The original model still carries its adapters; detach restores the base.
       lora.detach();
       CHECK(at::equal(m.forward(ids, mask), before));
