@@ -119,6 +119,12 @@ TEST_CASE("lora attach freezes the base and adapts the targeted projections") {
   CHECK(at::equal(lora2.trainable_parameters()[0].second, a));
   CHECK(m2.weights().layers[0].q_proj.lora->scale == 4.0);
   CHECK(contains(invalid_argument_of([&] { LoraModel::attach(m2, c); }), "already has an adapter"));
+  // lm_head can be adapted unless it is the embedding.
+  c.target_modules = {"lm_head"};
+  auto untied = load_model("llama3_gqa");
+  CHECK(LoraModel::attach(untied, c).modules() == std::vector<std::string>{"lm_head"});
+  auto tied = load_model("qwen2_tied");
+  CHECK(contains(invalid_argument_of([&] { LoraModel::attach(tied, c); }), "tied"));
 }
 
 TEST_CASE("lora with zero B leaves logits bit identical and merge matches the adapter") {
