@@ -221,8 +221,14 @@ TEST_CASE("decoder rejects bad inputs to forward") {
   KvCache cache = m.make_cache(2, 8);
   CHECK_THROWS_AS(m.forward(at::zeros({1, 3}, at::kLong), {}, &cache), kbrl::core::InvalidArgument);
   LoadOptions o;
-  o.dtype = at::kDouble;
+  o.dtype = at::kInt;
   CHECK_THROWS_AS(DecoderModel::load(kbrl::test::model_fixtures() / "qwen2_tied", o), kbrl::core::InvalidArgument);
+  // float64 is for numerical checks (tests/model/lora_test.cpp): it agrees with float32.
+  o.dtype = at::kDouble;
+  const auto m64 = DecoderModel::load(kbrl::test::model_fixtures() / "qwen2_tied", o);
+  const at::Tensor ids = at::tensor({3, 9, 27, 4}, at::kLong).view({1, 4});
+  CHECK(m64.forward(ids).scalar_type() == at::kDouble);
+  CHECK(kbrl::test::max_abs_diff(m64.forward(ids), m.forward(ids)) <= 1e-4);
 }
 
 TEST_CASE("decoder bf16 with fused attention reproduces transformers bit for bit on the same machine") {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,11 +19,23 @@
 
 namespace kbrl::model {
 
+// A LoRA adapter on one projection (kbrl/model/lora.hpp attaches them): the term
+// scale * B A dropout(x), computed in A's dtype and added before casting back, as PEFT does.
+struct LoraAdapter {
+  at::Tensor a;          // [r, in]  lora_A
+  at::Tensor b;          // [out, r] lora_B
+  double scale = 1.0;    // alpha / r, or alpha / sqrt(r) with rsLoRA
+  double dropout = 0.0;  // on the adapter's input, only while training
+  bool training = false;
+};
+
 // Every projection goes through this one helper, so that adapters (LoRA) attach in one place.
 struct Linear {
   at::Tensor weight;  // [out, in]
   at::Tensor bias;    // [out], or undefined
-  at::Tensor forward(const at::Tensor& x) const;  // x [..., in] -> [..., out]
+  std::optional<LoraAdapter> lora;
+  // x [..., in] -> [..., out]: x W^T + b, plus scale * dropout(x) A^T B^T with an adapter.
+  at::Tensor forward(const at::Tensor& x) const;
 };
 
 struct DecoderLayer {
@@ -51,7 +64,8 @@ struct DecoderWeights {
 enum class AttentionKernel { kAuto, kFused, kPortable };
 
 struct LoadOptions {
-  c10::ScalarType dtype = c10::ScalarType::Float;  // Float, BFloat16 or Half
+  // Float, BFloat16 or Half; Double for numerical checks (gradients by finite differences).
+  c10::ScalarType dtype = c10::ScalarType::Float;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   // Tensors the model does not use are an error unless allowed (then listed in
   // DecoderModel::unexpected_tensors()).
@@ -98,6 +112,15 @@ class KvCache {
   std::int64_t length_ = 0;
 };
 
+// The training forward (DecoderModel::hidden_states, token_logprobs in train_forward.hpp).
+struct TrainForwardOptions {
+  // Keep only each layer's input during the forward and recompute the layer in backward (same
+  // dropout masks): activation memory of one layer instead of all of them.
+  bool checkpoint_layers = false;
+  // token_logprobs computes logits for this many tokens at a time (fp32 [chunk, vocab]).
+  std::int64_t logprob_chunk_tokens = 1024;
+};
+
 class DecoderModel {
  public:
   // Reads <dir>/config.json and the checkpoint's tensors by their Hugging Face names. Throws
@@ -111,6 +134,7 @@ class DecoderModel {
   DecoderWeights& weights() { return weights_; }
   c10::ScalarType dtype() const { return options_.dtype; }
   c10::Device device() const { return options_.device; }
+  const LoadOptions& options() const { return options_; }
   const std::vector<std::string>& unexpected_tensors() const { return unexpected_; }
   // Every projection by its Hugging Face module name ("model.layers.0.self_attn.q_proj", ...).
   std::vector<std::pair<std::string, Linear*>> linears();
@@ -136,7 +160,17 @@ class DecoderModel {
   // Same arithmetic as forward() with the cache, over a longer span of masked columns.
   at::Tensor decode_step(const at::Tensor& ids, KvCache& cache, const at::Tensor& column, std::int64_t span) const;
 
+  // The training forward: no cache, the final norm applied, [B, T, hidden] in the model's dtype,
+  // differentiable with respect to every tensor that requires grad. Padding may sit on either
+  // side (positions count real tokens). lm_head is left to the caller (token_logprobs).
+  at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
+                           const TrainForwardOptions& options = {}) const;
+
  private:
+  struct Prepared;
+  Prepared prepare(const at::Tensor& input_ids, const at::Tensor& attention_mask, KvCache* cache) const;
+  at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& h, const Prepared& in, KvCache* cache,
+                           std::size_t layer_index) const;
   // Writes this step's keys and values into the cache at columns past..past+T-1, or, when
   // `column` is defined, at that device-side column (decode_step); attends to columns 0..span-1.
   at::Tensor attention(const DecoderLayer& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

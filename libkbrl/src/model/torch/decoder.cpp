@@ -15,20 +15,29 @@
 #include "text.hpp"
 #include "kbrl/model/checkpoint.hpp"
 #include "kbrl/model/torch_tensors.hpp"
+#include "kbrl/model/train_forward.hpp"
 
 namespace kbrl::model {
 namespace fs = std::filesystem;
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  // LoRA will add its low-rank term here: y + scale * (x @ A^T) @ B^T.
-  return at::linear(x, weight, bias);
+  at::Tensor y = at::linear(x, weight, bias);
+  if (!lora) return y;
+  // PEFT's order: the input cast to the adapter's dtype, dropout, A, B, times scale, added to
+  // the base result (promoting it), and the sum cast back to the base dtype.
+  at::Tensor xa = x.to(lora->a.scalar_type());
+  if (lora->training && lora->dropout > 0) xa = at::dropout(xa, lora->dropout, /*train=*/true);
+  return (y + at::linear(at::linear(xa, lora->a), lora->b) * lora->scale).to(y.scalar_type());
 }
 
 namespace {
 
+// fp32 for the half types and fp32 itself; fp64 stays fp64 (the numerical checks need it).
+at::ScalarType accumulate_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
 // x [..., n] -> x / rms(x) * weight, the normalisation in fp32 and the product in x's dtype.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor x32 = x.to(accumulate_type(x.scalar_type()));
   const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   return weight * (x32 * at::rsqrt(variance + eps)).to(x.scalar_type());
 }
@@ -199,9 +208,10 @@ DecoderModel DecoderModel::load(const fs::path& dir, const LoadOptions& options)
 
 DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights, const LoadOptions& options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
-  if (options_.dtype != at::kFloat && options_.dtype != at::kBFloat16 && options_.dtype != at::kHalf)
+  if (options_.dtype != at::kFloat && options_.dtype != at::kBFloat16 && options_.dtype != at::kHalf &&
+      options_.dtype != at::kDouble)
     throw core::InvalidArgument(detail::cat("DecoderModel: dtype ", c10::toString(options_.dtype),
-                                            " is not float32, bfloat16 or float16"));
+                                            " is not float32, bfloat16, float16 or float64"));
   // Computed on the CPU as transformers does at construction, then moved.
   inv_freq_ = rope_inv_freq(config_).to(options_.device);
 }
@@ -277,7 +287,7 @@ at::Tensor DecoderModel::attention(const DecoderLayer& layer, const at::Tensor& 
     const at::Tensor qg = q.reshape({B, Hkv, group * T, D});
     at::Tensor scores = (at::matmul(qg, keys.transpose(2, 3)) * scale).view({B, Hkv, group, T, S});
     scores = scores.masked_fill(mask.unsqueeze(2).logical_not(), -std::numeric_limits<double>::infinity());
-    const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type()).view({B, Hkv, group * T, S});
+    const at::Tensor probs = at::softmax(scores, -1, accumulate_type(q.scalar_type())).to(q.scalar_type()).view({B, Hkv, group * T, S});
     out = at::matmul(probs, values);  // [B, Hkv, group*T, D]
   } else if (T == 1) {
     // Decoding: q [B, Hkv, group, D], and the one mask row [B, 1, 1, S] serves every head.
@@ -294,12 +304,23 @@ at::Tensor DecoderModel::attention(const DecoderLayer& layer, const at::Tensor& 
   return layer.o_proj.forward(out);                                      // [B, T, hidden]
 }
 
-at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, KvCache* cache,
-                                 bool last_only) const {
+struct DecoderModel::Prepared {
+  at::Tensor ids;           // [B, T] int64 on the model's device
+  at::Tensor real_long;     // [B, T] 1 real, 0 padding
+  at::Tensor past_lengths;  // [B] real tokens before this call
+  at::Tensor mask;          // [B, 1, T, S]
+  at::Tensor cos, sin;      // [B, T, D] in the model's dtype
+  std::int64_t past = 0;
+};
+
+DecoderModel::Prepared DecoderModel::prepare(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                             KvCache* cache) const {
   if (input_ids.dim() != 2) throw core::InvalidArgument(detail::cat("forward: input_ids must be [B, T], got ",
                                                                     detail::shape_string(input_ids.sizes())));
   const auto dev = options_.device;
-  const at::Tensor ids = input_ids.to(dev, at::kLong);  // [B, T]
+  Prepared p;
+  p.ids = input_ids.to(dev, at::kLong);  // [B, T]
+  const at::Tensor& ids = p.ids;
   const auto B = ids.size(0), T = ids.size(1);
   if (T == 0) throw core::InvalidArgument("forward: no tokens");
   if (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= config_.vocab_size)
@@ -311,48 +332,57 @@ at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& 
                                             " does not match input_ids ", detail::shape_string(ids.sizes())));
 
   // Columns and positions. A row's position counts its real tokens before this one.
-  std::int64_t past = 0;
-  at::Tensor past_lengths = at::zeros({B}, ids.options());
+  p.past_lengths = at::zeros({B}, ids.options());
   at::Tensor valid;  // [B, S] which key columns hold real tokens, S = past + T
   if (cache != nullptr) {
     if (cache->batch() != B)
       throw core::InvalidArgument(detail::cat("forward: cache has ", cache->batch(), " rows, input has ", B));
     cache->reserve(T);
-    past = cache->length_;
-    past_lengths = cache->lengths_;
-    cache->valid_.narrow(1, past, T).copy_(real);
-    valid = cache->valid_.narrow(1, 0, past + T);
+    p.past = cache->length_;
+    p.past_lengths = cache->lengths_;
+    cache->valid_.narrow(1, p.past, T).copy_(real);
+    valid = cache->valid_.narrow(1, 0, p.past + T);
   } else {
     valid = real;
   }
-  const at::Tensor real_long = real.to(at::kLong);
-  const at::Tensor positions = (past_lengths.unsqueeze(1) + real_long.cumsum(1) - 1).clamp_min(0);  // [B, T]
+  p.real_long = real.to(at::kLong);
+  const at::Tensor positions = (p.past_lengths.unsqueeze(1) + p.real_long.cumsum(1) - 1).clamp_min(0);  // [B, T]
 
   // mask [B, 1, T, S]: query column past+t sees key column j <= past+t that holds a real token,
   // and always itself, so that padding rows never softmax over nothing (they produce finite
   // values nobody reads).
-  const auto S = past + T;
-  const at::Tensor qcol = at::arange(past, S, ids.options()).unsqueeze(1);  // [T, 1]
-  const at::Tensor kcol = at::arange(0, S, ids.options()).unsqueeze(0);     // [1, S]
-  const at::Tensor causal = kcol <= qcol;                                   // [T, S]
-  const at::Tensor mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | (kcol == qcol).unsqueeze(0);  // [B, T, S]
+  const auto S = p.past + T;
+  const at::Tensor qcol = at::arange(p.past, S, ids.options()).unsqueeze(1);  // [T, 1]
+  const at::Tensor kcol = at::arange(0, S, ids.options()).unsqueeze(0);       // [1, S]
+  const at::Tensor causal = kcol <= qcol;                                     // [T, S]
+  p.mask = ((causal.unsqueeze(0) & valid.unsqueeze(1)) | (kcol == qcol).unsqueeze(0)).unsqueeze(1);
 
   // Rotary tables in fp32, then the model's dtype: [B, T, D]
   const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, T, D/2]
   const at::Tensor emb = at::cat({freqs, freqs}, -1);                             // [B, T, D]
-  const at::Tensor cos = emb.cos().to(options_.dtype), sin = emb.sin().to(options_.dtype);
+  p.cos = emb.cos().to(options_.dtype);
+  p.sin = emb.sin().to(options_.dtype);
+  return p;
+}
 
-  at::Tensor h = at::embedding(weights_.embed_tokens, ids);  // [B, T, hidden]
-  for (std::size_t l = 0; l < weights_.layers.size(); ++l) {
-    const DecoderLayer& layer = weights_.layers[l];
-    h = h + attention(layer, rms_norm(h, layer.input_norm, config_.rms_norm_eps), cos, sin, mask.unsqueeze(1), cache,
-                      l, past);
-    const at::Tensor x = rms_norm(h, layer.post_attention_norm, config_.rms_norm_eps);
-    h = h + layer.down_proj.forward(at::silu(layer.gate_proj.forward(x)) * layer.up_proj.forward(x));
-  }
+at::Tensor DecoderModel::layer_forward(const DecoderLayer& layer, const at::Tensor& h, const Prepared& in,
+                                       KvCache* cache, std::size_t layer_index) const {
+  const at::Tensor a =
+      h + attention(layer, rms_norm(h, layer.input_norm, config_.rms_norm_eps), in.cos, in.sin, in.mask, cache,
+                    layer_index, in.past);
+  const at::Tensor x = rms_norm(a, layer.post_attention_norm, config_.rms_norm_eps);
+  return a + layer.down_proj.forward(at::silu(layer.gate_proj.forward(x)) * layer.up_proj.forward(x));
+}
+
+at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, KvCache* cache,
+                                 bool last_only) const {
+  const Prepared in = prepare(input_ids, attention_mask, cache);
+  const auto T = in.ids.size(1);
+  at::Tensor h = at::embedding(weights_.embed_tokens, in.ids);  // [B, T, hidden]
+  for (std::size_t l = 0; l < weights_.layers.size(); ++l) h = layer_forward(weights_.layers[l], h, in, cache, l);
   if (cache != nullptr) {
-    cache->length_ = past + T;
-    cache->lengths_ = past_lengths + real_long.sum(1);
+    cache->length_ = in.past + T;
+    cache->lengths_ = in.past_lengths + in.real_long.sum(1);
   }
   if (last_only) h = h.narrow(1, T - 1, 1);  // [B, 1, hidden]: norm is per position
   return weights_.lm_head.forward(rms_norm(h, weights_.norm, config_.rms_norm_eps));  // [B, T|1, vocab]
@@ -380,6 +410,50 @@ at::Tensor DecoderModel::decode_step(const at::Tensor& ids, KvCache& cache, cons
   cache.lengths_.add_(1);
   column.add_(1);
   return weights_.lm_head.forward(rms_norm(h, weights_.norm, config_.rms_norm_eps));  // [B, 1, vocab]
+}
+
+namespace {
+
+// The tensors of one layer that require grad: what a checkpointed layer must route gradients to.
+std::vector<at::Tensor> trainable_tensors(const DecoderLayer& layer) {
+  std::vector<at::Tensor> out;
+  const auto add = [&](const at::Tensor& t) {
+    if (t.defined() && t.requires_grad()) out.push_back(t);
+  };
+  add(layer.input_norm);
+  add(layer.q_norm);
+  add(layer.k_norm);
+  add(layer.post_attention_norm);
+  for (const Linear* l : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
+                          &layer.up_proj, &layer.down_proj}) {
+    add(l->weight);
+    add(l->bias);
+    if (l->lora) {
+      add(l->lora->a);
+      add(l->lora->b);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+at::Tensor DecoderModel::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                       const TrainForwardOptions& options) const {
+  const Prepared in = prepare(input_ids, attention_mask, nullptr);
+  at::Tensor h = at::embedding(weights_.embed_tokens, in.ids);  // [B, T, hidden]
+  for (std::size_t l = 0; l < weights_.layers.size(); ++l) {
+    const DecoderLayer& layer = weights_.layers[l];
+    if (options.checkpoint_layers) {
+      // `in` lives until this function returns; the closure, kept for backward, holds copies.
+      h = checkpoint(
+          [this, &layer, in, l](const at::Tensor& x) { return layer_forward(layer, x, in, nullptr, l); }, h,
+          trainable_tensors(layer));
+    } else {
+      h = layer_forward(layer, h, in, nullptr, l);
+    }
+  }
+  return rms_norm(h, weights_.norm, config_.rms_norm_eps);
 }
 
 }  // namespace kbrl::model
