@@ -311,6 +311,8 @@ struct DecoderModel::Prepared {
   at::Tensor mask;          // [B, 1, T, S]
   at::Tensor cos, sin;      // [B, T, D] in the model's dtype
   std::int64_t past = 0;
+  at::Tensor column;        // decode_step: the device-side cache column, and
+  std::int64_t span = 0;    // the columns attended to
 };
 
 DecoderModel::Prepared DecoderModel::prepare(const at::Tensor& input_ids, const at::Tensor& attention_mask,
@@ -369,7 +371,7 @@ at::Tensor DecoderModel::layer_forward(const DecoderLayer& layer, const at::Tens
                                        KvCache* cache, std::size_t layer_index) const {
   const at::Tensor a =
       h + attention(layer, rms_norm(h, layer.input_norm, config_.rms_norm_eps), in.cos, in.sin, in.mask, cache,
-                    layer_index, in.past);
+                    layer_index, in.past, in.column, in.span);
   const at::Tensor x = rms_norm(a, layer.post_attention_norm, config_.rms_norm_eps);
   return a + layer.down_proj.forward(at::silu(layer.gate_proj.forward(x)) * layer.up_proj.forward(x));
 }
@@ -392,21 +394,19 @@ at::Tensor DecoderModel::decode_step(const at::Tensor& ids, KvCache& cache, cons
                                      std::int64_t span) const {
   // The new column holds a real token in every row; the row's position is its real-token count.
   cache.valid_.index_fill_(1, column, true);
-  const at::Tensor positions = cache.lengths_.unsqueeze(1);  // [B, 1]
+  Prepared in;
+  in.ids = ids;
+  in.column = column;
+  in.span = span;
   // mask [B, 1, 1, span]: every valid column up to this one; later columns are not valid yet.
-  const at::Tensor mask = cache.valid_.narrow(1, 0, span).unsqueeze(1).unsqueeze(1);
-  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, 1, D/2]
+  in.mask = cache.valid_.narrow(1, 0, span).unsqueeze(1).unsqueeze(1);
+  const at::Tensor freqs = cache.lengths_.unsqueeze(1).to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, 1, D/2]
   const at::Tensor emb = at::cat({freqs, freqs}, -1);
-  const at::Tensor cos = emb.cos().to(options_.dtype), sin = emb.sin().to(options_.dtype);
+  in.cos = emb.cos().to(options_.dtype);
+  in.sin = emb.sin().to(options_.dtype);
 
   at::Tensor h = at::embedding(weights_.embed_tokens, ids);  // [B, 1, hidden]
-  for (std::size_t l = 0; l < weights_.layers.size(); ++l) {
-    const DecoderLayer& layer = weights_.layers[l];
-    h = h + attention(layer, rms_norm(h, layer.input_norm, config_.rms_norm_eps), cos, sin, mask, &cache, l, 0,
-                      column, span);
-    const at::Tensor x = rms_norm(h, layer.post_attention_norm, config_.rms_norm_eps);
-    h = h + layer.down_proj.forward(at::silu(layer.gate_proj.forward(x)) * layer.up_proj.forward(x));
-  }
+  for (std::size_t l = 0; l < weights_.layers.size(); ++l) h = layer_forward(weights_.layers[l], h, in, &cache, l);
   cache.lengths_.add_(1);
   column.add_(1);
   return weights_.lm_head.forward(rms_norm(h, weights_.norm, config_.rms_norm_eps));  // [B, 1, vocab]
