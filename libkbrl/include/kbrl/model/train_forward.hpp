@@ -18,8 +18,10 @@ namespace kbrl::model {
 // undefined: all real) and targets are [B, T]; targets[b, t] is the token whose probability
 // position t predicts (usually input_ids[b, t + 1]). Padding positions give 0 and their
 // targets are ignored. Logits are computed options.logprob_chunk_tokens tokens at a time, in
-// the model's dtype, then log-softmaxed in fp32; each chunk is recomputed in backward, so
-// neither pass holds more than one chunk's [chunk, vocab] logits.
+// the model's dtype, then log-softmaxed in fp32; neither pass holds more than one chunk's
+// [chunk, vocab] logits. With a frozen lm_head (LoRA) the forward also computes each chunk's
+// gradient with respect to the hidden states, (onehot - softmax) W, and keeps only that
+// [chunk, hidden]; a trainable head's chunks are recomputed in backward instead.
 at::Tensor token_logprobs(const DecoderModel& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
                           const at::Tensor& targets, const TrainForwardOptions& options = {});
 

@@ -89,6 +89,38 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
 };
 
+// log p(target) of a chunk of tokens through a frozen lm_head, with d/dx computed in the same
+// pass: d log p(t) / dx = (onehot(t) - softmax(logits)) W. Keeping that [n, hidden] product
+// instead of the logits (or recomputing them in backward) costs one [n, vocab] buffer for the
+// duration of the forward and no second pass over the head in backward.
+struct HeadLogprobFunction : torch::autograd::Function<HeadLogprobFunction> {
+  // head: the weight, and the bias where there is one.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList head, const at::Tensor& targets,
+                            std::int64_t acc) {
+    const auto acc_type = static_cast<at::ScalarType>(acc);
+    const at::Tensor& weight = head[0];
+    ctx->saved_data["head"] = static_cast<std::int64_t>(head.size());
+    at::Tensor logits = at::linear(x, weight, head.size() > 1 ? head[1] : at::Tensor()).to(acc_type);  // [n, V]
+    const at::Tensor lse = at::logsumexp(logits, {1}, /*keepdim=*/true);
+    const at::Tensor t = targets.unsqueeze(1);
+    const at::Tensor lp = (logits.gather(1, t) - lse).squeeze(1);
+    if (x.requires_grad()) {
+      at::Tensor& g = logits.sub_(lse).exp_().neg_();  // -softmax, in place
+      g.scatter_add_(1, t, at::ones_like(t, g.options()));
+      ctx->save_for_backward({at::matmul(g.to(weight.scalar_type()), weight)});  // [n, hidden]
+    }
+    return lp;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    variable_list grads(3 + static_cast<std::size_t>(ctx->saved_data["head"].toInt()));  // x, head, targets, acc
+    if (!saved.empty() && saved[0].defined())
+      grads[0] = (saved[0].to(grad_outputs[0].scalar_type()) * grad_outputs[0].unsqueeze(1)).to(saved[0].scalar_type());
+    return grads;
+  }
+};
+
 }  // namespace
 
 at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> fn, const at::Tensor& input,
@@ -135,6 +167,13 @@ at::Tensor token_logprobs(const DecoderModel& model, const at::Tensor& input_ids
   std::vector<at::Tensor> pieces;
   for (std::int64_t start = 0; start < B * T; start += options.logprob_chunk_tokens) {
     const auto n = std::min(options.logprob_chunk_tokens, B * T - start);
+    if (head_params.empty() && !head.lora) {  // a frozen head: its gradient computed in the forward
+      std::vector<at::Tensor> weights = {head.weight};
+      if (head.bias.defined()) weights.push_back(head.bias);
+      pieces.push_back(HeadLogprobFunction::apply(flat.narrow(0, start, n), at::TensorList(weights),
+                                                  tgt.narrow(0, start, n), static_cast<std::int64_t>(acc)));
+      continue;
+    }
     const at::Tensor t = tgt.narrow(0, start, n).unsqueeze(1);  // [n, 1]
     pieces.push_back(checkpoint(
         [&head, t, acc](const at::Tensor& x) {
