@@ -1,6 +1,7 @@
 #include "kbrl/train/losses.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "../model/torch/text.hpp"
 #include "kbrl/core/error.hpp"
@@ -109,7 +110,7 @@ LossOutput compute_loss(LossKind kind, const LossInputs& in, const LossConfig& c
 
   LossOutput out;
   out.loss = loss;
-  const at::NoGradGuard no_grad;
+  const c10::NoGradGuard no_grad;
   const double ws = item(w.sum());
   auto wmean = [&](const at::Tensor& t) { return ws > 0 ? item((t.detach() * w).sum()) / ws : 0.0; };
   out.metrics["weight"] = ws;

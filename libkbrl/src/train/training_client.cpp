@@ -1,6 +1,7 @@
 #include "kbrl/train/training_client.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/utils/clip_grad.h>
@@ -118,7 +119,7 @@ SamplingClient::SamplingClient(std::shared_ptr<const model::DecoderModel> model,
 
 std::vector<model::Sample> SamplingClient::generate(const std::vector<std::vector<std::int64_t>>& prompts,
                                                     std::int64_t n, const model::SamplingParams& params) const {
-  const at::NoGradGuard no_grad;
+  const c10::NoGradGuard no_grad;
   return model::Sampler(*model_, token_bytes_).generate(prompts, n, params);
 }
 
@@ -217,7 +218,7 @@ ForwardBackwardResult TrainingClient::forward_backward(const std::vector<Datum>&
   std::map<std::string, double> weighted;  // metric * weight, summed over micro-batches
   double weight = 0;
   double loss_total = 0;
-  const at::AutoGradMode grad(true);
+  const c10::AutoGradMode grad(true);
   for (const auto& rows : micro_batches(datums)) {
     const Batch b = make_batch(datums, rows, rl, model_->device());
     const at::Tensor logp = model::token_logprobs(*model_, b.ids, b.mask, b.targets, options_.forward);
@@ -243,7 +244,7 @@ std::vector<std::vector<float>> TrainingClient::forward(const std::vector<Datum>
   const std::int64_t vocab = model_->config().vocab_size;
   for (std::size_t i = 0; i < datums.size(); ++i) validate(datums[i], LossKind::kCrossEntropy, vocab, i);
   std::vector<std::vector<float>> out(datums.size());
-  const at::NoGradGuard no_grad;
+  const c10::NoGradGuard no_grad;
   for (const auto& rows : micro_batches(datums)) {
     const Batch b = make_batch(datums, rows, false, model_->device());
     const at::Tensor lp = model::token_logprobs(*model_, b.ids, b.mask, b.targets, options_.forward);
@@ -270,7 +271,7 @@ std::map<std::string, double> TrainingClient::optim_step(const AdamParams& p) {
   }
   double norm = 0;
   {
-    const at::NoGradGuard no_grad;
+    const c10::NoGradGuard no_grad;
     at::Tensor sq = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_->device()));
     for (const auto& t : tensors) sq = sq + t.grad().to(at::kDouble).pow(2).sum();
     norm = std::sqrt(sq.item<double>());
@@ -357,7 +358,7 @@ void TrainingClient::load_state(const fs::path& dir) {
       throw core::ConfigError(pfile.string(), name, cat("shape ", model::detail::shape_string(it->second.sizes()),
                                                         ", expected ", model::detail::shape_string(t.sizes())));
   }
-  const at::NoGradGuard no_grad;
+  const c10::NoGradGuard no_grad;
   auto& state = optimizer_->state();
   state.clear();
   for (auto& [name, t] : parameters_) {
@@ -370,8 +371,10 @@ void TrainingClient::load_state(const fs::path& dir) {
     s->exp_avg_sq(optim.at(name + ".exp_avg_sq").to(t.options()).clone());
     state[t.unsafeGetTensorImpl()] = std::move(s);
   }
-  if (const auto rng = optim.find("rng.cpu"); rng != optim.end())
-    at::detail::getDefaultCPUGenerator().set_state(rng->second);
+  if (const auto rng = optim.find("rng.cpu"); rng != optim.end()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng->second);
+  }
   for (auto& [name, t] : parameters_) t.mutable_grad() = at::Tensor();
   step_ = step;
 }
