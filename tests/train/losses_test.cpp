@@ -88,8 +88,8 @@ TEST_CASE("cispo clips the ratio and stops its gradient") {
   // -(1.2 * ln0.5 * 1 + 0.8 * ln0.25 * -1 + 1 * ln0.5 * 2) = -(-1.2 + 1.6 - 2) ln2 = 1.6 ln2
   const auto out = compute_loss(LossKind::kCispo, c.inputs());
   CHECK(out.loss.item<double>() == Approx(1.6 * ln2).epsilon(1e-12));
-  // With the stop-gradient, d/dlogp = -clip(r) * A = -1.2, 0.8, -2. Without it, token 0 would
-  // get -(1.2*... ) plus nothing (clamp saturated) but token 2 would get -(1 + ln0.5) * 2 instead.
+  // With the stop-gradient, d/dlogp = -clip(r) * A = -1.2, 0.8, -2. Without it, token 2 (ratio
+  // 1, inside the bounds) would get -(r + r logp) A = -(1 - ln2) * 2 = -0.61 instead of -2.
   const auto g = grad_of(LossKind::kCispo);
   CHECK(g[0] == Approx(-1.2).epsilon(1e-12));
   CHECK(g[1] == Approx(0.8).epsilon(1e-12));
