@@ -1,6 +1,7 @@
 #include "kbrl/train/training_client.hpp"
 
 #include <ATen/ATen.h>
+#include <boost/json.hpp>
 #include <c10/core/GradMode.h>
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -296,11 +297,19 @@ std::string read_text(const fs::path& p) {
   return s.str();
 }
 
-std::int64_t json_int(const std::string& text, const fs::path& file, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  const auto at = text.find(needle);
-  if (at == std::string::npos) throw core::ConfigError(file.string(), key, "missing");
-  return std::stoll(text.substr(at + needle.size()));
+// state.json's step, with its format checked.
+std::int64_t state_step(const std::string& text, const fs::path& file) {
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(text, ec);
+  if (ec || !v.is_object()) throw core::ConfigError(file.string(), "", "not a JSON object");
+  const auto& o = v.as_object();
+  const auto* format = o.if_contains("format");
+  if (format == nullptr || !format->is_string() || format->as_string() != "kbrl.train_state.v1")
+    throw core::ConfigError(file.string(), "format", "expected \"kbrl.train_state.v1\"");
+  const auto* step = o.if_contains("step");
+  if (step == nullptr || !step->is_int64() || step->as_int64() < 0)
+    throw core::ConfigError(file.string(), "step", "missing or not a non-negative integer");
+  return step->as_int64();
 }
 
 }  // namespace
@@ -345,7 +354,7 @@ void TrainingClient::save_state(const fs::path& dir) const {
 void TrainingClient::load_state(const fs::path& dir) {
   const fs::path json = dir / "state.json";
   const std::string text = read_text(json);
-  const std::int64_t step = json_int(text, json, "step");
+  const std::int64_t step = state_step(text, json);
   const auto params = model::load_tensors(dir / "parameters.safetensors");
   const auto optim = model::load_tensors(dir / "optimizer.safetensors");
   const fs::path pfile = dir / "parameters.safetensors";
