@@ -61,3 +61,21 @@ TEST_CASE("the summary counts rates and fast_p and the geometric mean of correct
   CHECK(table.find("fast_1") != std::string::npos);
   CHECK(table.find("pass@2") != std::string::npos);
 }
+
+TEST_CASE("the summary does not depend on the order of the results") {
+  // Speedups whose log-sum rounds differently in different orders: a resumed run reads results
+  // back in file order, a fresh one collects them as they finish.
+  std::vector<core::EvalResult> rs;
+  for (int i = 0; i < 40; ++i) rs.push_back(result("p" + std::to_string(i % 7), true, true, 0.1 + 0.37 * i + 1e-3 * i * i));
+  const auto forward = eval::summarize(rs);
+  std::vector<core::EvalResult> reversed(rs.rbegin(), rs.rend());
+  std::vector<core::EvalResult> interleaved;
+  for (std::size_t i = 0; i < rs.size(); i += 2) interleaved.push_back(rs[i]);
+  for (std::size_t i = 1; i < rs.size(); i += 2) interleaved.push_back(rs[i]);
+  for (const auto& other : {reversed, interleaved}) {
+    const auto s = eval::summarize(other);
+    REQUIRE(s.geomean_speedup.has_value());
+    CHECK(*s.geomean_speedup == *forward.geomean_speedup);  // bit for bit
+    CHECK(eval::format_summary(s) == eval::format_summary(forward));
+  }
+}

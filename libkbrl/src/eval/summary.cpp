@@ -1,6 +1,7 @@
 #include "kbrl/eval/summary.hpp"
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -27,8 +28,7 @@ EvalSummary summarize(const std::vector<core::EvalResult>& results, std::vector<
                       const std::vector<double>& thresholds) {
   EvalSummary s;
   s.total = static_cast<int>(results.size());
-  double log_sum = 0;
-  int log_n = 0;
+  std::vector<double> logs;  // summed in sorted order: the same summary whatever the results' order
   std::map<std::string, std::pair<int, int>> per_problem;  // id -> (samples, correct)
   for (double p : thresholds) s.fast_p[p] = 0;
   for (const auto& r : results) {
@@ -42,8 +42,7 @@ EvalSummary summarize(const std::vector<core::EvalResult>& results, std::vector<
     for (const auto& f : r.static_findings)
       if (f.severity != core::Severity::off) ++s.by_static_rule[f.rule];
     if (r.correct && r.speedup && *r.speedup > 0) {
-      log_sum += std::log(*r.speedup);
-      ++log_n;
+      logs.push_back(std::log(*r.speedup));
     }
     for (double p : thresholds)
       if (r.correct && (p == 0.0 || (r.speedup && *r.speedup > p))) s.fast_p[p] += 1;
@@ -53,7 +52,12 @@ EvalSummary summarize(const std::vector<core::EvalResult>& results, std::vector<
     s.correct_rate = static_cast<double>(s.correct) / s.total;
     for (auto& [p, v] : s.fast_p) v /= s.total;
   }
-  if (log_n > 0) s.geomean_speedup = std::exp(log_sum / log_n);
+  if (!logs.empty()) {
+    std::sort(logs.begin(), logs.end());
+    double log_sum = 0;
+    for (const double l : logs) log_sum += l;
+    s.geomean_speedup = std::exp(log_sum / static_cast<double>(logs.size()));
+  }
   int largest = 0;
   for (const auto& [id, nc] : per_problem) largest = std::max(largest, nc.first);
   if (ks.empty())
