@@ -19,10 +19,13 @@ fi
 ( [[ -n "$kb" ]] && export KBRL_KERNELBENCH_ROOT="$kb"
   cd build/cuda && ./tests/gpu/evaluator_cuda_test --durations yes ) > "$out/gpu_tests.log" 2>&1; rc_gpu=$?
 tail -60 "$out/gpu_tests.log"
-# The decoder against transformers at Qwen2.5-Coder-1.5B's shapes (a few minutes): KBRL_GPU_MODEL=1.
+# The model on CUDA (a few minutes): KBRL_GPU_MODEL=1. The tiny fixtures' parity, the sampler
+# suite (CUDA graphs against the eager loop included), the decoder at Qwen2.5-Coder-1.5B's shapes.
 rc_model=0
 if [[ "${KBRL_GPU_MODEL:-0}" == 1 ]]; then
-  python3 tests/gpu/model_parity.py --build build/cuda > "$out/model_parity.log" 2>&1; rc_model=$?
+  { build/cuda/tests/model/model_parity tests/data/model/tiny --device cuda &&
+    (cd build/cuda && KBRL_TEST_DEVICE=cuda ./tests/model/model_sampler_test) &&
+    python3 tests/gpu/model_parity.py --build build/cuda; } > "$out/model_parity.log" 2>&1; rc_model=$?
   tail -40 "$out/model_parity.log"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1
