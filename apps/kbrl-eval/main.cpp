@@ -264,12 +264,15 @@ int cmd_generations(const apps::Args& args) {
         }
         const core::EvalResult r = it->second.get();
         correct += r.correct;
-        jsonl << json::serialize(json::object{{"problem", it->first.problem},
-                                              {"sample", it->first.sample},
-                                              {"file", it->first.path.filename().string()},
-                                              {"result", json::value_from(r)}})
-              << std::endl;
-        done[{it->first.problem, it->first.sample}] = r;
+        const std::string line = json::serialize(json::object{{"problem", it->first.problem},
+                                                              {"sample", it->first.sample},
+                                                              {"file", it->first.path.filename().string()},
+                                                              {"result", json::value_from(r)}});
+        jsonl << line << std::endl;
+        // Kept as a resumed run will read it back (Boost.JSON may parse a double an ulp off), so
+        // that the summary and eval_results.json do not depend on whether the run was resumed.
+        done[{it->first.problem, it->first.sample}] =
+            json::value_to<core::EvalResult>(core::parse_json(line).as_object().at("result"));
         it = pending.erase(it);
         any = true;
         progress.advance(1, fmt::format("{} correct", correct));
