@@ -17,7 +17,7 @@ Every parameter is drawn at random (norm weights around 1, biases non-zero), so 
 loaded into the wrong place or skipped changes the logits. Seeds are chosen so that the greedy
 path never has a near tie (min_gap_fp32 > 1e-3): then a 1e-4 logit error cannot flip a token.
 
-  make_models.py <out> [--set unit|fresh]
+  make_models.py <out> [--set unit|fresh] [--greedy-tokens 32]
 """
 import argparse
 import json
@@ -168,12 +168,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--set", choices=["unit", "fresh"], default="unit")
+    ap.add_argument("--greedy-tokens", type=int, default=GREEDY_TOKENS, help="greedy tokens per prompt in the references")
     args = ap.parse_args()
     torch.set_num_threads(1)  # deterministic and light on a shared machine
     for k, (name, (cls, kwargs, spelling)) in enumerate(model_specs(args.set).items()):
         base = (1000 if args.set == "fresh" else 0) + 100 * k
         for seed in range(base, base + 50):
-            d, ref, meta, gap = make(args.out, name, cls, kwargs, spelling, seed)
+            d, ref, meta, gap = make(args.out, name, cls, kwargs, spelling, seed, greedy_tokens=args.greedy_tokens)
             if gap > 1e-3:
                 break
         else:
