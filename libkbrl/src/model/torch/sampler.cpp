@@ -198,11 +198,13 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
                                   prompt_keys.empty() ? out[rows[r]].prompt_index : prompt_keys[out[rows[r]].prompt_index],
                                   out[rows[r]].sample_index, static_cast<std::uint64_t>(step));
     at::Tensor host;  // [2, rows] float64: tokens and their logprobs; the one host sync of a step
+    at::Tensor next_ids;  // eager: the drawn tokens [rows, 1], kept on the device for the next forward
     if (graph) {
       host = graph->step(u);
     } else {
       const auto [next, chosen_lp] = detail::draw_tokens(logits, params, at::tensor(u, at::kDouble).to(device));
       host = at::stack({next.to(at::kDouble), chosen_lp.to(at::kDouble)}).to(at::kCPU);
+      next_ids = next.unsqueeze(1);
     }
     const auto h = host.accessor<double, 2>();
 
@@ -246,6 +248,7 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
       const at::Tensor index = at::tensor(keep, at::kLong).to(device);
       graph.reset();  // it refers to the cache about to be replaced
       cache = cache.select_rows(index);
+      if (next_ids.defined()) next_ids = next_ids.index_select(0, index);
       std::vector<std::size_t> still;
       std::vector<std::int64_t> still_last;
       for (const auto r : keep) {
@@ -263,7 +266,7 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
         graph = detail::capture_decode_graph(*model_, cache, last, params, span);
       }
     } else {
-      logits = model_->forward(at::tensor(last, at::kLong).unsqueeze(1), {}, &cache, /*last_only=*/true).squeeze(1);
+      logits = model_->forward(next_ids, {}, &cache, /*last_only=*/true).squeeze(1);
     }
   }
   return out;
