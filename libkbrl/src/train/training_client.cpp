@@ -137,6 +137,11 @@ TrainingClient::TrainingClient(std::shared_ptr<model::DecoderModel> model, Named
     t.requires_grad_(true);
     tensors.push_back(t);
   }
+  if (distributed()) {
+    // Every rank starts from rank 0's values (LoRA's random A differs per process otherwise).
+    const c10::NoGradGuard no_grad;
+    options_.process_group->broadcast(tensors, 0);
+  }
   optimizer_ = std::make_unique<torch::optim::AdamW>(tensors, torch::optim::AdamWOptions());
 }
 
@@ -214,6 +219,11 @@ ForwardBackwardResult TrainingClient::forward_backward(const std::vector<Datum>&
     totals.weight_sum += s;
     totals.sequences += s > 0 ? 1 : 0;
   }
+  if (distributed()) {  // the normalizers count the global batch
+    const auto global = options_.process_group->sum({{"sequences", totals.sequences}, {"weight_sum", totals.weight_sum}});
+    totals.weight_sum = global.at("weight_sum");
+    totals.sequences = global.at("sequences");
+  }
   ForwardBackwardResult result;
   result.logprobs.resize(datums.size());
   std::map<std::string, double> weighted;  // metric * weight, summed over micro-batches
@@ -234,6 +244,19 @@ ForwardBackwardResult TrainingClient::forward_backward(const std::vector<Datum>&
     const at::Tensor lp = logp.detach();
     for (std::size_t r = 0; r < rows.size(); ++r)
       result.logprobs[rows[r]] = row_values(lp, static_cast<std::int64_t>(r), datums[rows[r]].model_input.size());
+  }
+  if (distributed()) {
+    // A rank without tokens still takes part: its sums are zero but its keys must match.
+    weighted.try_emplace("entropy_proxy", 0.0);
+    if (rl)
+      for (const char* k : {"ratio", "clip_fraction", "kl_sampler"}) weighted.try_emplace(k, 0.0);
+    auto all = weighted;
+    all["loss"] = loss_total;
+    all["weight"] = weight;
+    all = options_.process_group->sum(all);
+    loss_total = all.at("loss");
+    weight = all.at("weight");
+    for (auto& [k, v] : weighted) v = all.at(k);
   }
   for (const auto& [k, v] : weighted) result.metrics[k] = weight > 0 ? v / weight : 0.0;
   result.metrics["loss"] = loss_total;
@@ -273,6 +296,11 @@ std::map<std::string, double> TrainingClient::optim_step(const AdamParams& p) {
   double norm = 0;
   {
     const c10::NoGradGuard no_grad;
+    if (distributed()) {
+      std::vector<at::Tensor> grads;
+      for (auto& t : tensors) grads.push_back(t.mutable_grad());
+      options_.process_group->all_reduce_sum(grads);
+    }
     at::Tensor sq = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_->device()));
     for (const auto& t : tensors) sq = sq + t.grad().to(at::kDouble).pow(2).sum();
     norm = std::sqrt(sq.item<double>());
@@ -295,6 +323,11 @@ std::string read_text(const fs::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The generator of the model's GPU: "rng.cuda" for cuda:0 and an unindexed device, else "rng.cuda.<i>".
+std::string cuda_rng_key(const c10::Device& d) {
+  return d.has_index() && d.index() > 0 ? cat("rng.cuda.", static_cast<int>(d.index())) : std::string("rng.cuda");
 }
 
 // state.json's step, with its format checked.
@@ -330,6 +363,12 @@ void TrainingClient::save_state(const fs::path& dir) const {
     optim[name + ".step"] = at::tensor(std::vector<std::int64_t>{s.step()}, at::kLong);
   }
   optim["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  if (model_->device().is_cuda())
+    optim[cuda_rng_key(model_->device())] = at::globalContext().defaultGenerator(model_->device()).get_state();
+  if (distributed() && options_.process_group->rank() != 0) {
+    options_.process_group->barrier();  // rank 0 writes; the others return once it is in place
+    return;
+  }
 
   fs::path target = dir;
   if (target.filename().empty()) target = target.parent_path();
@@ -349,6 +388,7 @@ void TrainingClient::save_state(const fs::path& dir) const {
   if (fs::exists(target)) fs::rename(target, old);
   fs::rename(tmp, target);
   fs::remove_all(old);
+  if (distributed()) options_.process_group->barrier();
 }
 
 void TrainingClient::load_state(const fs::path& dir) {
@@ -384,6 +424,11 @@ void TrainingClient::load_state(const fs::path& dir) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(rng->second);
   }
+  if (model_->device().is_cuda())
+    if (const auto rng = optim.find(cuda_rng_key(model_->device())); rng != optim.end()) {
+      at::Generator gen = at::globalContext().defaultGenerator(model_->device());
+      gen.set_state(rng->second);
+    }
   for (auto& [name, t] : parameters_) t.mutable_grad() = at::Tensor();
   step_ = step;
 }

@@ -16,6 +16,7 @@
 
 #include "kbrl/model/decoder.hpp"
 #include "kbrl/model/sampler.hpp"
+#include "kbrl/train/distributed.hpp"
 #include "kbrl/train/losses.hpp"
 
 namespace torch::optim {
@@ -65,6 +66,11 @@ struct TrainingClientOptions {
   // one batch up to floating-point rounding.
   std::int64_t micro_batch_tokens = 8192;
   model::TrainForwardOptions forward;
+  // Data parallel (distributed.hpp): each rank passes its own slice of the batch to
+  // forward_backward; normalizers, metrics and gradients are summed over ranks, so every rank
+  // takes the step one process with the whole batch would. Rank 0's initial parameters are
+  // broadcast, and only rank 0 writes save_state. Null or a world of one: a single process.
+  std::shared_ptr<ProcessGroup> process_group;
 };
 
 // Named trainable tensors. full_parameters: every weight of the model (full fine-tuning; a
@@ -107,8 +113,10 @@ class TrainingClient {
   // clipping), "lr", "step" (the count after this step).
   std::map<std::string, double> optim_step(const AdamParams& params);
 
-  // <dir>/parameters.safetensors, <dir>/optimizer.safetensors, <dir>/state.json, written to a
-  // temporary sibling and renamed into place. load_state needs the same parameter names and shapes.
+  // <dir>/parameters.safetensors, <dir>/optimizer.safetensors (with the CPU generator's state and
+  // the model device's CUDA generator's), <dir>/state.json, written to a temporary sibling and
+  // renamed into place; under data parallelism rank 0 writes and every rank waits for it.
+  // load_state needs the same parameter names and shapes.
   void save_state(const std::filesystem::path& dir) const;
   void load_state(const std::filesystem::path& dir);
 
@@ -120,6 +128,7 @@ class TrainingClient {
 
  private:
   std::vector<std::vector<std::size_t>> micro_batches(const std::vector<Datum>& datums) const;
+  bool distributed() const { return options_.process_group && options_.process_group->world_size() > 1; }
 
   std::shared_ptr<model::DecoderModel> model_;
   NamedParameters parameters_;

@@ -1,0 +1,17 @@
+// The NCCL process group lives in its own translation unit (distributed_nccl_cuda.cpp), built only
+// where libtorch has CUDA and nccl.h is found.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+
+#include "kbrl/train/distributed.hpp"
+
+namespace kbrl::train::detail {
+
+std::shared_ptr<ProcessGroup> make_nccl_group(const LaunchEnv& env, const c10::intrusive_ptr<c10d::Store>& store,
+                                              std::chrono::milliseconds timeout);
+
+}  // namespace kbrl::train::detail
