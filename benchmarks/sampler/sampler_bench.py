@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The sampler benchmark's Python side (benchmarks/sampler/run.sh runs all three):
 
-  sampler_bench.py make <dir>                 a random bf16 model with Qwen2.5-Coder-1.5B's shapes
+  sampler_bench.py make <dir> [--shapes 1.5b|0.5b|7b]  a random bf16 model with Qwen2.5-Coder-1.5B's shapes
   sampler_bench.py transformers <dir> [opts]  transformers' generate, measured as decode.cpp measures
   sampler_bench.py summarize <out>            results.md from kbrl.json, transformers.json, machine.json
 
@@ -22,6 +22,13 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SHAPES = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
               num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1000000.0,
               rms_norm_eps=1e-6, max_position_embeddings=32768, use_sliding_window=False)
+# Other sizes of the same family (Qwen2.5-0.5B's and Qwen2.5-7B's shapes), for the training checks.
+OTHER_SHAPES = {
+    "0.5b": dict(SHAPES, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2),
+    "7b": dict(SHAPES, vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+               num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False),
+}
 
 # Peak HBM bandwidth by the name nvidia-smi / torch report (vendor figures, bytes/s).
 HBM = {"H100 80GB HBM3": 3.35e12, "H100 PCIe": 2.0e12, "H100 NVL": 3.9e12, "H200": 4.8e12}
@@ -32,7 +39,7 @@ def make(args):
     from transformers import AutoModelForCausalLM, Qwen2Config
     sys.path.insert(0, os.path.join(ROOT, "tests", "model"))
     import make_models
-    config = Qwen2Config(**SHAPES)
+    config = Qwen2Config(**(SHAPES if args.shapes == "1.5b" else OTHER_SHAPES[args.shapes]))
     config.architectures = ["Qwen2ForCausalLM"]
     torch.manual_seed(1)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
@@ -133,6 +140,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make")
+    m.add_argument("--shapes", choices=["1.5b", *OTHER_SHAPES], default="1.5b")
     m.add_argument("dir")
     t = sub.add_parser("transformers")
     t.add_argument("dir")
