@@ -75,11 +75,15 @@ int main(int argc, char** argv) try {
   for (auto& t : prompt) t = token(rng);
   for (auto& t : completion) t = token(rng);
   std::vector<float> lp(completion.size(), -std::log(static_cast<float>(vocab)));
-  const std::vector<train::Datum> batch{train::completion_datum(prompt, completion, lp, 1.0F)};
+  std::vector<train::Datum> batch{train::completion_datum(prompt, completion, lp, 1.0F)};
+  // On-policy: the sampler's logprobs are the model's own, so the ratios start at 1.
+  const auto current = client.forward(batch);
+  for (std::size_t t = 0; t < current[0].size(); ++t)
+    if (batch[0].weights[t] > 0) batch[0].logprobs[t] = current[0][t];
   train::LossConfig loss;
   loss.normalization = train::Normalization::kTokenMean;
   train::AdamParams adam;
-  adam.lr = 1e-4;
+  adam.lr = 1e-5;
   adam.grad_clip_norm = 1.0;
 
   std::vector<double> losses, step_s;
@@ -107,9 +111,11 @@ int main(int argc, char** argv) try {
   train_step();
   const std::vector<double> resumed(losses.end() - 2, losses.end());
   const bool rng_ok = at::equal(draw_a, draw_b);
-  bool resume_ok = true;
-  for (int i = 0; i < 2; ++i)
-    resume_ok = resume_ok && std::abs(resumed[i] - continued[i]) <= 1e-3 * std::max(1.0, std::abs(continued[i]));
+  // The first loss after load_state comes from the restored parameters through a deterministic
+  // forward: bitwise. The next one went through a backward pass whose bf16 reductions on the GPU
+  // are not bitwise reproducible, and Adam's early steps amplify that noise: a tolerance.
+  const bool resume_ok = resumed[0] == continued[0] &&
+                         std::abs(resumed[1] - continued[1]) <= 2e-2 * std::max(1.0, std::abs(continued[1]));
   const bool finite = std::all_of(losses.begin(), losses.end(), [](double v) { return std::isfinite(v); });
   const bool learned = losses[1] < losses[0];
 
@@ -129,6 +135,9 @@ int main(int argc, char** argv) try {
               "cuda rng %s, resume %s\n",
               static_cast<long long>(seq), peak, weights_gib, step_s[1], static_cast<double>(seq) / step_s[1], losses[0],
               losses[1], rng_ok ? "restored" : "DIFFERS", resume_ok ? "matches" : "DIFFERS");
+  std::printf("train_cuda_check: losses");
+  for (const double l : losses) std::printf(" %.9g", l);
+  std::printf(" (steps 3-4 continued, then 3-4 again after load_state)\n");
   return rng_ok && resume_ok && finite && learned ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "train_cuda_check: %s\n", e.what());

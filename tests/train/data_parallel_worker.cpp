@@ -3,7 +3,7 @@
 // of which this rank takes every WORLD_SIZE-th, `steps` importance-sampling steps. Writes
 // <out>/rank<R>.json with the loss and gradient norm of each step and a checksum of the trained
 // parameters, and saves the state to <out>/state (rank 0 only writes it).
-//   data_parallel_worker <model dir> <out dir> <cpu|cuda|bf16-cuda> [steps] [global batch] [tokens per datum]
+//   data_parallel_worker <model dir> <out dir> <cpu|cuda|bf16-cuda> [steps] [global batch] [tokens per datum] [lr]
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -30,6 +30,7 @@ int main(int argc, char** argv) try {
   const int steps = argc > 4 ? std::stoi(argv[4]) : 4;
   const int batch = argc > 5 ? std::stoi(argv[5]) : 8;
   const int tokens = argc > 6 ? std::stoi(argv[6]) : 12;
+  const double lr = argc > 7 ? std::stod(argv[7]) : 2e-3;
   const bool cuda = mode != "cpu";
 
   const train::LaunchEnv env = train::launch_env_from_environment();
@@ -66,10 +67,16 @@ int main(int argc, char** argv) try {
     auto d = train::completion_datum(prompt, completion, lp, (i % 3 == 0 ? 1.0F : -0.5F) * static_cast<float>(i + 1) / batch);
     if (i % env.world_size == env.rank) mine.push_back(std::move(d));
   }
+  // On-policy at the start: the sampler's logprobs are the model's own, so the ratios begin at 1
+  // and the run stays well-conditioned enough to compare curves step by step.
+  const auto current = client.forward(mine);
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    for (std::size_t t = 0; t < current[i].size(); ++t)
+      if (mine[i].weights[t] > 0) mine[i].logprobs[t] = current[i][t];
   train::LossConfig loss;
   loss.normalization = train::Normalization::kSequenceMean;
   train::AdamParams adam;
-  adam.lr = 2e-3;
+  adam.lr = lr;
   adam.grad_clip_norm = 1.0;
 
   std::ostringstream losses, norms;
