@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Writes the demo policy: a tiny random Qwen2 checkpoint with a real byte-level BPE tokenizer
+(trained here on the bundled problems and solutions) and ChatML special tokens, in Hugging Face's
+layout (config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+generation_config.json). It answers with noise, but ends its turn (<|im_end|>) at a few percent
+per token, so completions vary in length and a length-shaped reward gives GRPO something to
+learn on a CPU in seconds. Deterministic for a given seed.
+
+    make_demo_model.py <out dir> [--seed 0] [--vocab 1024] [--hidden 64] [--layers 2]
+"""
+import argparse
+import glob
+import json
+import math
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+         r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}"
+          "{% if add_generation_prompt %}{{'<|im_start|>assistant\\n'}}{% endif %}")
+
+
+def train_tokenizer(vocab):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    texts = []
+    for pattern in ("examples/problems/*.py", "examples/solutions/*.py"):
+        for path in sorted(glob.glob(os.path.join(ROOT, pattern))):
+            with open(path, encoding="utf-8") as f:
+                texts.append(f.read())
+    texts.append("<think>\n</think>\n<KERNEL>\n</KERNEL>\nclass ModelNew(nn.Module):\n")
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab - len(SPECIALS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    return tok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--stop-probability", type=float, default=0.04,
+                    help="about how likely <|im_end|> is at each token")
+    args = ap.parse_args()
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    os.makedirs(args.out, exist_ok=True)
+    tok = train_tokenizer(args.vocab)
+    tok.save(os.path.join(args.out, "tokenizer.json"))
+    vocab = tok.get_vocab_size()
+    ids = {t: tok.token_to_id(t) for t in SPECIALS}
+    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                   "bos_token": None, "chat_template": CHATML, "model_max_length": 4096}, f, indent=2)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
+                         num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, tie_word_embeddings=False, rope_theta=10000.0,
+                         eos_token_id=ids["<|im_end|>"], bos_token_id=None)
+    config.architectures = ["Qwen2ForCausalLM"]
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(args.seed)
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * r)
+            elif name.endswith("bias"):
+                p.copy_(0.02 * r)
+            else:
+                p.copy_(r / math.sqrt(p.shape[-1]))
+        # The end-of-turn token gets a logit offset through a shared direction of the final
+        # hidden state: the final norm's output has a roughly constant mean component, so a head
+        # row along it raises that logit everywhere by about the same amount.
+        head = model.lm_head.weight
+        target = math.log(args.stop_probability * (vocab - 1) / (1 - args.stop_probability))
+        head[ids["<|im_end|>"]] = 0
+        model.model.norm.weight.fill_(1.0)
+        probe = torch.randint(0, vocab, (4, 64), generator=g)
+        hidden = model.model(probe).last_hidden_state.reshape(-1, args.hidden)
+        direction = hidden.mean(0)
+        head[ids["<|im_end|>"]] = direction * (target / direction.dot(direction).clamp_min(1e-6))
+    model.save_pretrained(args.out)
+    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": True}, f, indent=2)
+    with torch.no_grad():
+        logits = model(probe).logits
+        p_stop = torch.softmax(logits, -1)[..., ids["<|im_end|>"]].mean().item()
+    print(f"wrote {args.out}: vocab {vocab}, {sum(p.numel() for p in model.parameters())} parameters, "
+          f"p(<|im_end|>) per token about {p_stop:.3f}")
+
+
+if __name__ == "__main__":
+    main()
