@@ -25,6 +25,14 @@ if(NOT TARGET PkgConfig::PCRE2)
 endif()
 message(STATUS "kbrl: PCRE2 ${PCRE2_VERSION}")
 
+# yaml-cpp reads kbrl-train's configuration files.
+include(${CMAKE_CURRENT_LIST_DIR}/KbrlFindYamlCpp.cmake)
+if(NOT TARGET kbrl::yaml_cpp)
+  message(FATAL_ERROR "kbrl: yaml-cpp not found; kbrl-train's configuration needs it. Install it with "
+                      "'apt-get install libyaml-cpp-dev' (or run scripts/deps.sh), or put its headers and "
+                      "library under .deps/yaml-cpp/{include,lib} (docs/building.md).")
+endif()
+
 if(NOT KBRL_DEVICE MATCHES "^(cpu|cuda|hip)$")
   message(FATAL_ERROR "KBRL_DEVICE must be cpu, cuda or hip (got '${KBRL_DEVICE}')")
 endif()

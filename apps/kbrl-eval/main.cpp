@@ -1,6 +1,7 @@
 // kbrl-eval: evaluates kernel candidates against KernelBench-format problems.
 //   kbrl-eval generations --problems <root|dir|jsonl> --level L --run <dir> [options]
 //   kbrl-eval kernel --problem <file> --kernel <file> [options]
+//   kbrl-eval model --model <checkpoint> [--adapter <dir>] --problems ... --level L --samples K --run <dir>
 #include <algorithm>
 #include <cctype>
 #include <csignal>
@@ -25,7 +26,11 @@
 #include "kbrl/eval/static_check.hpp"
 #include "kbrl/eval/summary.hpp"
 #include "kbrl/log/progress.hpp"
+#include "kbrl/log/tensorboard.hpp"
 #include "kbrl/prompt/answer_parser.hpp"
+#ifdef KBRL_EVAL_HAS_MODEL
+#include "sample_model.hpp"
+#endif
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -43,6 +48,21 @@ constexpr const char* kUsage = R"(usage:
       is done.
   kbrl-eval kernel --problem FILE --kernel FILE [options]
       Evaluates one candidate and prints the whole result.
+  kbrl-eval model --model DIR [--adapter DIR] --problems PATH --level L --samples K --run DIR [options]
+      Samples K answers per problem from a checkpoint (plus a PEFT adapter), writes them to DIR
+      as generations (DIR/generations.jsonl holds the raw answers), then evaluates them exactly
+      as `generations` does: same files, same summary (pass@k, fast_p, speedups). Resumes both
+      halves. --tensorboard RUN --step N also writes the summary into RUN/tb at step N.
+
+model options:
+  --max-tokens N             tokens per answer (default 2048)
+  --temperature T            (default 1.0; 0 is greedy)
+  --top-p P, --top-k K       (default off)
+  --sample-seed N            seeds the draws (default 0)
+  --chat-template NAME       auto (from the tokenizer), chatml, qwen2.5, qwen3, llama3, ...
+  --model-device D           auto, cpu, cuda, cuda:N (default auto)
+  --model-dtype D            auto, bf16, fp32 (default auto: bf16 on cuda)
+  --no-one-shot              leave the worked example out of the prompt
 
 options:
   --device cpu|cuda|hip      where kernels run (default cpu)
@@ -73,10 +93,13 @@ options:
 const std::set<std::string> kOptions = {"problems", "level", "run", "problem", "kernel", "device", "language",
                                         "precision", "trials", "timing-trials", "warmup", "seed", "gpus",
                                         "compile-workers", "compile-timeout", "run-timeout", "sandbox",
-                                        "work-dir", "python", "summary-json", "static-config"};
+                                        "work-dir", "python", "summary-json", "static-config", "model",
+                                        "adapter", "samples", "max-tokens", "temperature", "top-p", "top-k",
+                                        "sample-seed", "chat-template", "model-device", "model-dtype",
+                                        "tensorboard", "step"};
 const std::set<std::string> kFlags = {"no-timing",          "no-static-check",   "no-input-families",
                                       "kernelbench-inputs", "no-baseline-cache", "no-compile-pch",
-                                      "no-light-headers",   "help"};
+                                      "no-light-headers",   "no-one-shot",       "help"};
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted = true; }
@@ -304,6 +327,60 @@ int cmd_generations(const apps::Args& args) {
   return g_interrupted ? 130 : 0;
 }
 
+int cmd_model(const apps::Args& args) {
+#ifdef KBRL_EVAL_HAS_MODEL
+  const fs::path problems_path = args.required("problems");
+  const int level = static_cast<int>(args.get_int("level", -1));
+  if (level < 0) throw apps::UsageError("--level is required");
+  const fs::path run_dir = args.required("run");
+  fs::create_directories(run_dir);
+  std::vector<core::Problem> problems;
+  for (auto& p : dataset::load_problems(problems_path))
+    if (p.level == level || p.level == 0) problems.push_back(std::move(p));
+  if (problems.empty())
+    throw core::InvalidArgument(fmt::format("no problems of level {} in {}", level, problems_path.string()));
+  apps::ModelSamplingOptions o;
+  o.model = args.required("model");
+  if (auto a = args.optional("adapter")) o.adapter = *a;
+  o.samples = static_cast<int>(args.get_int("samples", 1));
+  o.max_tokens = args.get_int("max-tokens", 2048);
+  o.temperature = args.get_double("temperature", 1.0);
+  o.top_p = args.get_double("top-p", 1.0);
+  o.top_k = args.get_int("top-k", 0);
+  o.seed = static_cast<std::uint64_t>(args.get_int("sample-seed", 0));
+  o.chat_template = args.get("chat-template", "auto");
+  o.device = args.get("model-device", "auto");
+  o.dtype = args.get("model-dtype", "auto");
+  const auto platform = core::parse_device_platform(args.get("device", "cpu"));
+  const core::EvalRequest base = base_request(args, platform);
+  o.prompt.language = base.language;
+  o.prompt.precision = base.precision;
+  o.prompt.one_shot = !args.flag("no-one-shot");
+  const int written = apps::sample_generations(problems, level, run_dir, o);
+  std::cerr << fmt::format("{} answers sampled into {}\n", written, run_dir.string());
+  const int rc = cmd_generations(args);
+  if (auto tb_run = args.optional("tensorboard")) {
+    const long step = args.get_int("step", -1);
+    if (step < 0) throw apps::UsageError("--tensorboard needs --step");
+    const auto summary = core::parse_json(read_text(run_dir / "eval_summary.json")).as_object();
+    log::TensorBoardWriter tb(fs::path(*tb_run) / "tb");
+    for (const auto& [key, value] : summary) {
+      if (value.is_number()) tb.add_scalar(fmt::format("eval/{}", std::string(key)), value.to_number<double>(), step);
+      if (value.is_object())
+        for (const auto& [sub, v] : value.as_object())
+          if (v.is_number())
+            tb.add_scalar(fmt::format("eval/{}/{}", std::string(key), std::string(sub)), v.to_number<double>(), step);
+    }
+    tb.flush();
+    std::cerr << fmt::format("summary written to {} at step {}\n", (fs::path(*tb_run) / "tb").string(), step);
+  }
+  return rc;
+#else
+  (void)args;
+  throw core::Error("kbrl-eval model needs libtorch: this kbrl-eval was built without it (KBRL_WITH_TORCH=OFF)");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -323,7 +400,8 @@ int main(int argc, char** argv) {
     if (!args.positional().empty()) throw apps::UsageError("unexpected argument '" + args.positional()[0] + "'");
     if (command == "generations") return cmd_generations(args);
     if (command == "kernel") return cmd_kernel(args);
-    throw apps::UsageError("unknown command '" + command + "' (generations, kernel)");
+    if (command == "model") return cmd_model(args);
+    throw apps::UsageError("unknown command '" + command + "' (generations, kernel, model)");
   } catch (const apps::UsageError& e) {
     std::cerr << "kbrl-eval: " << e.what() << "\n\n" << kUsage;
     return 2;

@@ -92,4 +92,18 @@ std::vector<TokenId> checkpoint_stop_ids(const std::filesystem::path& checkpoint
   return ids;
 }
 
+std::unique_ptr<prompt::ChatRenderer> chat_renderer_for(const std::string& name, const Tokenizer& tokenizer,
+                                                        const std::filesystem::path& checkpoint_dir) {
+  if (name != "auto") return prompt::make_renderer(name);
+  auto has = [&](std::string_view token) { return tokenizer.token_to_id(token).has_value(); };
+  if (has("<|start_header_id|>")) return prompt::make_renderer("llama3");
+  if (has("<|im_start|>")) return prompt::make_renderer(has("<think>") ? "qwen3" : "chatml");
+  std::string names;
+  for (const auto& n : prompt::renderer_names()) names += (names.empty() ? "" : ", ") + n;
+  throw core::ConfigError((checkpoint_dir / "tokenizer.json").string(), "chat template",
+                          fmt::format("the tokenizer has neither ChatML (<|im_start|>) nor Llama 3 "
+                                      "(<|start_header_id|>) tokens: name a template ({})",
+                                      names));
+}
+
 }  // namespace kbrl::model

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "kbrl/core/types.hpp"
@@ -26,5 +28,12 @@ std::vector<TokenId> stop_sequence_ids(const prompt::ChatRenderer& renderer, con
 // one, an eos_token the tokenizer does not know, or finding no stop token at all throws
 // core::ConfigError naming the file and the field.
 std::vector<TokenId> checkpoint_stop_ids(const std::filesystem::path& checkpoint_dir, const Tokenizer& tokenizer);
+
+// The renderer named `name` (prompt::renderer_names()), or for "auto" the one the tokenizer's
+// special tokens call for: Llama 3 for <|start_header_id|>, Qwen3 for ChatML with <think>, else
+// ChatML for <|im_start|>. Throws core::ConfigError naming `checkpoint_dir`'s tokenizer.json when
+// "auto" finds neither, and core::InvalidArgument for an unknown name.
+std::unique_ptr<prompt::ChatRenderer> chat_renderer_for(const std::string& name, const Tokenizer& tokenizer,
+                                                        const std::filesystem::path& checkpoint_dir);
 
 }  // namespace kbrl::model

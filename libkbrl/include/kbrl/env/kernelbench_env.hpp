@@ -1,0 +1,88 @@
+// The KernelBench environments. KernelBenchEnv: one answer per episode. MultiTurnKernelBenchEnv
+// (Kevin-style refinement): up to max_turns answers; after a failed or slow attempt the next
+// prompt holds the earlier answers with their thinking removed and their kernels truncated, and
+// a feedback message with the error category, a cleaned excerpt of the error, the trials
+// passed, the speedup and advice for that kind of failure. docs/environments.md shows one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kbrl/env/env.hpp"
+#include "kbrl/eval/evaluator.hpp"
+#include "kbrl/prompt/task_prompt.hpp"
+#include "kbrl/reward/config.hpp"
+#include "kbrl/reward/registry.hpp"
+
+namespace kbrl::env {
+
+struct EnvOptions {
+  prompt::PromptOptions prompt;  // its language and precision are the requests' too
+  core::EvalOptions eval;
+  reward::RewardConfig reward = reward::RewardConfig::preset("stage1");
+  const reward::RewardRegistry* registry = nullptr;  // null: reward::default_registry()
+  // Multi-turn only (KernelBenchEnv is one turn whatever these say).
+  int max_turns = 4;
+  bool early_stop = true;               // end the episode at the first correct kernel...
+  double early_stop_min_speedup = 0.0;  // ...that is at least this fast (0: any correct one)
+  int kernel_excerpt_chars = 4000;      // an earlier kernel longer than this keeps its head and tail
+  int error_excerpt_chars = 1500;
+};
+
+class KernelBenchEnv : public Env {
+ public:
+  // `evaluator` must outlive the env and every future it returns. request_prefix makes request
+  // ids traceable: "<prefix>/t<turn>".
+  KernelBenchEnv(core::Problem problem, EnvOptions options, eval::Evaluator& evaluator, std::string request_prefix);
+  Observation initial_observation() override;
+  std::future<StepResult> step(core::Completion sampled) override;
+
+ protected:
+  // Parses, evaluates (or fails format without evaluating) and rewards one answer.
+  std::future<StepResult> evaluate(core::Completion sampled, int turn);
+
+  core::Problem problem_;
+  EnvOptions options_;
+  eval::Evaluator& evaluator_;
+  std::string prefix_;
+  int turn_ = 0;
+  bool done_ = false;
+};
+
+class MultiTurnKernelBenchEnv : public KernelBenchEnv {
+ public:
+  MultiTurnKernelBenchEnv(core::Problem problem, EnvOptions options, eval::Evaluator& evaluator,
+                          std::string request_prefix);
+  std::future<StepResult> step(core::Completion sampled) override;
+
+ private:
+  std::vector<core::Message> history_;  // system, task, then (answer, feedback) pairs
+};
+
+// The feedback message after one attempt (exposed for tests and docs).
+std::string feedback_message(const core::EvalResult& eval, int attempt, int max_turns, const EnvOptions& options);
+// The assistant message an earlier answer becomes: thinking removed, its program truncated.
+std::string earlier_answer(const core::Completion& completion, int max_chars);
+// Head and tail of `text` within `max_chars`, with a marker of how much was left out.
+std::string excerpt(const std::string& text, int max_chars);
+
+// G envs over one problem; multi_turn picks the class.
+class KernelBenchGroupBuilder : public EnvGroupBuilder {
+ public:
+  KernelBenchGroupBuilder(core::Problem problem, EnvOptions options, eval::Evaluator& evaluator, int group_size,
+                          bool multi_turn, std::string request_prefix);
+  std::vector<std::unique_ptr<Env>> make_envs() override;
+  const core::Problem& problem() const override { return problem_; }
+  std::vector<std::string> logging_tags() const override;
+
+ private:
+  core::Problem problem_;
+  EnvOptions options_;
+  eval::Evaluator& evaluator_;
+  int group_size_;
+  bool multi_turn_;
+  std::string prefix_;
+};
+
+}  // namespace kbrl::env

@@ -1,0 +1,120 @@
+// The configuration of a kbrl-train run: a YAML file plus `key=value` overrides with dotted
+// paths (dataset.batch_size=4 reward.preset=stage2), checked against one schema that also writes
+// the resolved config.yaml and docs/configs.md. Unknown keys, wrong types and bad values fail
+// with core::ConfigError naming the file (and line) or the override, and the key. No torch here.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kbrl/reward/config.hpp"
+
+namespace kbrl::train {
+
+struct ModelSection {
+  std::string path;                    // Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json)
+  std::string dtype = "auto";          // auto | bf16 | fp32 (auto: bf16 on cuda, fp32 on cpu)
+  std::string device = "auto";         // auto | cpu | cuda | cuda:N
+  std::string chat_template = "auto";  // auto, or a renderer name
+};
+struct LoraSection {
+  int rank = 32;
+  double alpha = 64;
+  double dropout = 0;
+  bool rslora = false;
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  std::string init_adapter;  // start from this PEFT adapter folder
+};
+struct DatasetSection {
+  std::string problems = "examples/problems";
+  std::vector<int> levels;  // empty: all
+  std::string name_pattern;  // glob on names or ids; empty: all
+  double eval_fraction = 0.2;
+  int batch_size = 4;
+  int group_size = 4;
+  int num_epochs = 1;
+  int max_steps = 0;  // 0: num_epochs worth of batches
+  bool shuffle = true;
+};
+struct PromptSection {
+  std::string language = "cpp";
+  std::string precision = "fp32";
+  bool one_shot = true;
+  bool thinking = true;
+  std::string hardware;
+};
+struct SamplingSection {
+  int max_tokens = 1024;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;
+};
+struct EvaluatorSection {
+  std::string device = "cpu";
+  std::vector<int> gpus;
+  int workers = 0;  // parallel builds; 0: one per core
+  int correctness_trials = 5;
+  int timing_trials = 20;
+  int warmup_runs = 3;
+  double compile_timeout_s = 600;
+  double run_timeout_s = 300;
+  bool sandbox = true;
+  std::string work_dir;  // empty: <log_path>/eval_work
+};
+struct EnvSection {
+  bool multi_turn = false;
+  int max_turns = 4;
+  double gamma = 0.4;
+  bool early_stop = true;
+  double early_stop_min_speedup = 0;
+  int kernel_excerpt_chars = 4000;
+  int error_excerpt_chars = 1500;
+};
+struct TrainSection {
+  std::string loss = "importance_sampling";
+  double clip_low = 0.8;  // ratio bounds for ppo and cispo
+  double clip_high = 1.2;
+  std::string normalization = "token_mean";
+  double learning_rate = 1e-5;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
+  int num_substeps = 1;
+  int micro_batch_tokens = 8192;
+  bool activation_checkpointing = true;
+  bool advantage_std_normalize = false;
+  bool remove_constant_reward_groups = true;
+  bool async = false;
+  int max_steps_off_policy = 1;
+};
+
+struct RunConfig {
+  std::string log_path;
+  std::uint64_t seed = 0;
+  ModelSection model;
+  LoraSection lora;
+  DatasetSection dataset;
+  PromptSection prompt;
+  SamplingSection sampling;
+  EvaluatorSection evaluator;
+  EnvSection env;
+  TrainSection train;
+  reward::RewardConfig reward = reward::RewardConfig::preset("stage1");
+  int eval_every = 0;  // steps between held-out evaluations; 0: none
+  int save_every = 1;  // steps between checkpoints (the last step and a stop always save)
+};
+
+// YAML first (none: defaults), then each override in order. The result is validated; log_path
+// is required. Registry: where user reward terms are looked up.
+RunConfig load_run_config(const std::optional<std::filesystem::path>& yaml, const std::vector<std::string>& overrides,
+                          const reward::RewardRegistry& registry = reward::default_registry());
+
+// Every key, in schema order, as YAML that load_run_config reads back to an equal config.
+std::string to_yaml(const RunConfig& config);
+void write_resolved(const RunConfig& config, const std::filesystem::path& path);
+
+// docs/configs.md's table of keys (key, default, meaning), generated from the schema.
+std::string config_reference_markdown();
+
+}  // namespace kbrl::train

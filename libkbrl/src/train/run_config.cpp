@@ -1,0 +1,470 @@
+#include "kbrl/train/run_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "kbrl/core/error.hpp"
+#include "kbrl/prompt/chat_renderer.hpp"
+
+namespace kbrl::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// --- values: YAML node -> C++ and back -------------------------------------------------------
+
+template <class T> struct TypeName;
+template <> struct TypeName<std::string> { static constexpr const char* value = "a string"; };
+template <> struct TypeName<int> { static constexpr const char* value = "an integer"; };
+template <> struct TypeName<std::uint64_t> { static constexpr const char* value = "a non-negative integer"; };
+template <> struct TypeName<double> { static constexpr const char* value = "a number"; };
+template <> struct TypeName<bool> { static constexpr const char* value = "true or false"; };
+template <> struct TypeName<std::vector<std::string>> { static constexpr const char* value = "a list of strings"; };
+template <> struct TypeName<std::vector<int>> { static constexpr const char* value = "a list of integers"; };
+
+template <class T>
+std::optional<T> parse_value(const YAML::Node& n) {
+  try {
+    if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {
+      if (n.IsNull()) return T{};
+      if (!n.IsSequence()) return std::nullopt;
+      T out;
+      for (const auto& item : n) {
+        if (!item.IsScalar()) return std::nullopt;
+        out.push_back(item.as<typename T::value_type>());
+      }
+      return out;
+    } else {
+      if (!n.IsScalar()) {
+        if constexpr (std::is_same_v<T, std::string>)
+          if (n.IsNull()) return std::string();
+        return std::nullopt;
+      }
+      if constexpr (std::is_same_v<T, std::uint64_t>) {
+        if (!n.Scalar().empty() && n.Scalar()[0] == '-') return std::nullopt;
+      }
+      if constexpr (std::is_same_v<T, double>) {
+        const double v = n.as<double>();
+        if (!std::isfinite(v)) return std::nullopt;
+        return v;
+      }
+      return n.as<T>();
+    }
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string yaml_scalar(const std::string& s) {
+  YAML::Emitter e;
+  e << YAML::DoubleQuoted << s;
+  return e.c_str();
+}
+std::string to_text(const std::string& v) { return yaml_scalar(v); }
+std::string to_text(int v) { return std::to_string(v); }
+std::string to_text(std::uint64_t v) { return std::to_string(v); }
+std::string to_text(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+std::string to_text(bool v) { return v ? "true" : "false"; }
+std::string to_text(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + yaml_scalar(v[i]);
+  return s + "]";
+}
+std::string to_text(const std::vector<int>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// --- the schema -------------------------------------------------------------------------------
+
+struct Entry {
+  std::string key, doc;
+  std::function<std::string(const RunConfig&)> get;
+  // Sets the value; returns an error text ("expected ...", or the check's) or empty.
+  std::function<std::string(RunConfig&, const YAML::Node&)> set;
+};
+
+template <class T>
+using Check = std::function<std::string(const T&)>;  // empty: fine
+
+template <class T>
+Entry make_entry(std::string key, std::function<T&(RunConfig&)> ref, std::string doc, Check<T> check) {
+  Entry e;
+  e.key = std::move(key);
+  e.doc = std::move(doc);
+  e.get = [ref](const RunConfig& c) { return to_text(ref(const_cast<RunConfig&>(c))); };
+  e.set = [ref, check](RunConfig& c, const YAML::Node& n) -> std::string {
+    auto v = parse_value<T>(n);
+    if (!v) return fmt::format("expected {}", TypeName<T>::value);
+    if (check) {
+      if (auto err = check(*v); !err.empty()) return err;
+    }
+    ref(c) = std::move(*v);
+    return {};
+  };
+  return e;
+}
+
+template <class S, class T>
+Entry field(std::string key, S RunConfig::*section, T S::*member, std::string doc, Check<T> check = {}) {
+  return make_entry<T>(std::move(key), [section, member](RunConfig& c) -> T& { return c.*section.*member; },
+                       std::move(doc), std::move(check));
+}
+template <class T>
+Entry top(std::string key, T RunConfig::*member, std::string doc, Check<T> check = {}) {
+  return make_entry<T>(std::move(key), [member](RunConfig& c) -> T& { return c.*member; }, std::move(doc),
+                       std::move(check));
+}
+
+Check<std::string> one_of(std::vector<std::string> names) {
+  return [names](const std::string& v) -> std::string {
+    if (std::find(names.begin(), names.end(), v) != names.end()) return {};
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    return fmt::format("'{}' is not one of: {}", v, list);
+  };
+}
+Check<int> at_least(int lo, std::string note = {}) {
+  return [lo, note](const int& v) { return v >= lo ? std::string() : fmt::format("{} is below {}{}", v, lo, note); };
+}
+Check<double> in_range(double lo, double hi, bool hi_open = false) {
+  return [=](const double& v) {
+    const bool ok = v >= lo && (hi_open ? v < hi : v <= hi);
+    return ok ? std::string() : fmt::format("{} is outside [{}, {}{}", v, lo, hi, hi_open ? ")" : "]");
+  };
+}
+Check<double> positive() {
+  return [](const double& v) { return v > 0 ? std::string() : fmt::format("{} must be positive", v); };
+}
+Check<double> non_negative() {
+  return [](const double& v) { return v >= 0 ? std::string() : fmt::format("{} must not be negative", v); };
+}
+
+Check<std::string> device_name() {
+  return [](const std::string& v) -> std::string {
+    if (v == "auto" || v == "cpu" || v == "cuda") return {};
+    if (v.rfind("cuda:", 0) == 0 && v.size() > 5 && std::all_of(v.begin() + 5, v.end(), ::isdigit)) return {};
+    return fmt::format("'{}' is not auto, cpu, cuda or cuda:N", v);
+  };
+}
+
+const std::vector<Entry>& schema() {
+  static const std::vector<Entry> entries = [] {
+    std::vector<std::string> templates = prompt::renderer_names();
+    templates.insert(templates.begin(), "auto");
+    using R = RunConfig;
+    std::vector<Entry> e;
+    e.push_back(top("log_path", &R::log_path, "the run directory (required): config, metrics, traces, checkpoints, TensorBoard",
+                    Check<std::string>([](const std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); })));
+    e.push_back(top("seed", &R::seed, "seeds the data order, the LoRA initialization and every sampling call"));
+    e.push_back(top("eval_every", &R::eval_every, "steps between evaluations on the held-out split (0: none)", at_least(0)));
+    e.push_back(top("save_every", &R::save_every, "steps between checkpoints (the last step and a stop always save)", at_least(1)));
+    e.push_back(field("model.path", &R::model, &ModelSection::path, "Hugging Face checkpoint folder: config.json, *.safetensors, tokenizer.json"));
+    e.push_back(field("model.dtype", &R::model, &ModelSection::dtype, "auto (bf16 on a GPU, fp32 on the CPU), bf16 or fp32", one_of({"auto", "bf16", "fp32"})));
+    e.push_back(field("model.device", &R::model, &ModelSection::device, "auto (cuda:0 when there is a GPU), cpu, cuda, cuda:N", device_name()));
+    e.push_back(field("model.chat_template", &R::model, &ModelSection::chat_template, "auto (from the tokenizer's special tokens) or a renderer name", one_of(templates)));
+    e.push_back(field("lora.rank", &R::lora, &LoraSection::rank, "LoRA rank", at_least(1)));
+    e.push_back(field("lora.alpha", &R::lora, &LoraSection::alpha, "LoRA alpha (scale alpha / rank, or alpha / sqrt(rank) with rslora)", positive()));
+    e.push_back(field("lora.dropout", &R::lora, &LoraSection::dropout, "dropout on the adapters' input while training", in_range(0, 1, true)));
+    e.push_back(field("lora.rslora", &R::lora, &LoraSection::rslora, "rank-stabilized scaling"));
+    e.push_back(field("lora.target_modules", &R::lora, &LoraSection::target_modules, "projections that get adapters",
+                      Check<std::vector<std::string>>([](const std::vector<std::string>& v) { return v.empty() ? std::string("must name at least one module") : std::string(); })));
+    e.push_back(field("lora.init_adapter", &R::lora, &LoraSection::init_adapter, "start from this PEFT adapter folder instead of fresh adapters"));
+    e.push_back(field("dataset.problems", &R::dataset, &DatasetSection::problems, "a KernelBench checkout, a folder of problems or a JSONL file"));
+    e.push_back(field("dataset.levels", &R::dataset, &DatasetSection::levels, "KernelBench levels to keep (empty: all)"));
+    e.push_back(field("dataset.name_pattern", &R::dataset, &DatasetSection::name_pattern, "glob on problem names or ids (empty: all)"));
+    e.push_back(field("dataset.eval_fraction", &R::dataset, &DatasetSection::eval_fraction, "share of problems held out for evaluation", in_range(0, 1, true)));
+    e.push_back(field("dataset.batch_size", &R::dataset, &DatasetSection::batch_size, "problems per step", at_least(1)));
+    e.push_back(field("dataset.group_size", &R::dataset, &DatasetSection::group_size, "rollouts per problem (the GRPO group)",
+                      at_least(2, " (GRPO compares the rollouts of a group: one alone has no advantage)")));
+    e.push_back(field("dataset.num_epochs", &R::dataset, &DatasetSection::num_epochs, "passes over the training problems", at_least(1)));
+    e.push_back(field("dataset.max_steps", &R::dataset, &DatasetSection::max_steps, "steps to run (0: num_epochs worth)", at_least(0)));
+    e.push_back(field("dataset.shuffle", &R::dataset, &DatasetSection::shuffle, "a seeded shuffle per epoch"));
+    e.push_back(field("prompt.language", &R::prompt, &PromptSection::language, "kernel language asked for and evaluated", one_of({"cuda", "triton", "hip", "cpp"})));
+    e.push_back(field("prompt.precision", &R::prompt, &PromptSection::precision, "precision of the problems' inputs", one_of({"fp32", "fp16", "bf16"})));
+    e.push_back(field("prompt.one_shot", &R::prompt, &PromptSection::one_shot, "include the worked example"));
+    e.push_back(field("prompt.thinking", &R::prompt, &PromptSection::thinking, "ask for reasoning inside <think> first"));
+    e.push_back(field("prompt.hardware", &R::prompt, &PromptSection::hardware, "a note on the target GPU for the prompt (empty: none)"));
+    e.push_back(field("sampling.max_tokens", &R::sampling, &SamplingSection::max_tokens, "tokens per answer at most", at_least(1)));
+    e.push_back(field("sampling.temperature", &R::sampling, &SamplingSection::temperature, "sampling temperature (0: greedy)", non_negative()));
+    e.push_back(field("sampling.top_p", &R::sampling, &SamplingSection::top_p, "nucleus sampling (1: off)",
+                      Check<double>([](const double& v) { return v > 0 && v <= 1 ? std::string() : fmt::format("{} is outside (0, 1]", v); })));
+    e.push_back(field("sampling.top_k", &R::sampling, &SamplingSection::top_k, "top-k sampling (0: off)", at_least(0)));
+    e.push_back(field("evaluator.device", &R::evaluator, &EvaluatorSection::device, "where kernels run", one_of({"cpu", "cuda", "hip"})));
+    e.push_back(field("evaluator.gpus", &R::evaluator, &EvaluatorSection::gpus, "GPU indices for evaluation (empty: GPU 0)"));
+    e.push_back(field("evaluator.workers", &R::evaluator, &EvaluatorSection::workers, "parallel builds (0: one per core)", at_least(0)));
+    e.push_back(field("evaluator.correctness_trials", &R::evaluator, &EvaluatorSection::correctness_trials, "correctness trials per candidate", at_least(1)));
+    e.push_back(field("evaluator.timing_trials", &R::evaluator, &EvaluatorSection::timing_trials, "timed runs per candidate", at_least(1)));
+    e.push_back(field("evaluator.warmup_runs", &R::evaluator, &EvaluatorSection::warmup_runs, "runs before timing", at_least(0)));
+    e.push_back(field("evaluator.compile_timeout_s", &R::evaluator, &EvaluatorSection::compile_timeout_s, "seconds a build may take", positive()));
+    e.push_back(field("evaluator.run_timeout_s", &R::evaluator, &EvaluatorSection::run_timeout_s, "seconds checks and timing may take", positive()));
+    e.push_back(field("evaluator.sandbox", &R::evaluator, &EvaluatorSection::sandbox, "bubblewrap around the workers where it is installed"));
+    e.push_back(field("evaluator.work_dir", &R::evaluator, &EvaluatorSection::work_dir, "build cache and logs (empty: <log_path>/eval_work)"));
+    e.push_back(field("env.multi_turn", &R::env, &EnvSection::multi_turn, "refinement episodes with feedback (MultiTurnKernelBenchEnv)"));
+    e.push_back(field("env.max_turns", &R::env, &EnvSection::max_turns, "attempts per multi-turn episode", at_least(1)));
+    e.push_back(field("env.gamma", &R::env, &EnvSection::gamma, "discount of later turns' rewards in a turn's return", in_range(0, 1)));
+    e.push_back(field("env.early_stop", &R::env, &EnvSection::early_stop, "end an episode at its first correct kernel"));
+    e.push_back(field("env.early_stop_min_speedup", &R::env, &EnvSection::early_stop_min_speedup, "...that is at least this fast (0: any)", non_negative()));
+    e.push_back(field("env.kernel_excerpt_chars", &R::env, &EnvSection::kernel_excerpt_chars, "earlier kernels are cut to this length in later prompts", at_least(100)));
+    e.push_back(field("env.error_excerpt_chars", &R::env, &EnvSection::error_excerpt_chars, "error excerpts in feedback are cut to this length", at_least(100)));
+    e.push_back(field("train.loss", &R::train, &TrainSection::loss, "policy loss", one_of({"importance_sampling", "ppo", "cispo", "cross_entropy"})));
+    e.push_back(field("train.clip_low", &R::train, &TrainSection::clip_low, "lower bound on the ratio p/q (ppo, cispo)", positive()));
+    e.push_back(field("train.clip_high", &R::train, &TrainSection::clip_high, "upper bound on the ratio p/q (ppo, cispo)", positive()));
+    e.push_back(field("train.normalization", &R::train, &TrainSection::normalization, "how token terms become the loss (docs/training.md)",
+                      one_of({"sum", "token_mean", "sequence_mean", "constant"})));
+    e.push_back(field("train.learning_rate", &R::train, &TrainSection::learning_rate, "AdamW learning rate", non_negative()));
+    e.push_back(field("train.beta1", &R::train, &TrainSection::beta1, "AdamW beta1", in_range(0, 1, true)));
+    e.push_back(field("train.beta2", &R::train, &TrainSection::beta2, "AdamW beta2", in_range(0, 1, true)));
+    e.push_back(field("train.eps", &R::train, &TrainSection::eps, "AdamW epsilon", positive()));
+    e.push_back(field("train.weight_decay", &R::train, &TrainSection::weight_decay, "AdamW decoupled weight decay", non_negative()));
+    e.push_back(field("train.grad_clip", &R::train, &TrainSection::grad_clip, "clip the global gradient norm to this (0: off)", non_negative()));
+    e.push_back(field("train.num_substeps", &R::train, &TrainSection::num_substeps, "optimizer steps per batch (the batch split evenly)", at_least(1)));
+    e.push_back(field("train.micro_batch_tokens", &R::train, &TrainSection::micro_batch_tokens, "padded tokens per forward/backward micro-batch", at_least(1)));
+    e.push_back(field("train.activation_checkpointing", &R::train, &TrainSection::activation_checkpointing, "recompute each layer in the backward pass"));
+    e.push_back(field("train.advantage_std_normalize", &R::train, &TrainSection::advantage_std_normalize, "divide advantages by the group's standard deviation"));
+    e.push_back(field("train.remove_constant_reward_groups", &R::train, &TrainSection::remove_constant_reward_groups, "leave groups whose rewards are all equal out of the update"));
+    e.push_back(field("train.async", &R::train, &TrainSection::async, "overlap sampling of the next batch with training (not supported yet: must be false)",
+                      Check<bool>([](const bool& v) { return v ? std::string("asynchronous training is not supported yet") : std::string(); })));
+    e.push_back(field("train.max_steps_off_policy", &R::train, &TrainSection::max_steps_off_policy, "bound on the policy lag in asynchronous mode", at_least(0)));
+    return e;
+  }();
+  return entries;
+}
+
+const Entry* find_entry(const std::string& key) {
+  for (const auto& e : schema())
+    if (e.key == key) return &e;
+  return nullptr;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string unknown_key_message(const std::string& key) {
+  std::string best;
+  std::size_t best_d = 4;
+  const std::string last = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+  for (const auto& e : schema()) {
+    std::size_t d = edit_distance(key, e.key);
+    const std::string elast = e.key.substr(e.key.rfind('.') == std::string::npos ? 0 : e.key.rfind('.') + 1);
+    if (elast == last) d = std::min<std::size_t>(d, 1);
+    if (d < best_d) best_d = d, best = e.key;
+  }
+  bool is_section = false;
+  for (const auto& e : schema())
+    if (e.key.rfind(key + ".", 0) == 0) is_section = true;
+  if (is_section) return fmt::format("'{}' is a section: give its keys (docs/configs.md)", key);
+  return best.empty() ? fmt::format("unknown key '{}' (docs/configs.md lists every key)", key)
+                      : fmt::format("unknown key '{}' (did you mean '{}'?)", key, best);
+}
+
+// YAML -> JSON for the reward subtree (RewardConfig reads JSON). Quoted scalars stay strings.
+boost::json::value to_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    boost::json::object o;
+    for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second);
+    return o;
+  }
+  if (n.IsSequence()) {
+    boost::json::array a;
+    for (const auto& item : n) a.push_back(to_json(item));
+    return a;
+  }
+  if (n.IsNull()) return nullptr;
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return boost::json::string(s);
+  if (s == "true" || s == "True") return true;
+  if (s == "false" || s == "False") return false;
+  try {
+    std::size_t used = 0;
+    const long long i = std::stoll(s, &used);
+    if (used == s.size()) return static_cast<std::int64_t>(i);
+  } catch (...) {  // NOLINT: not an integer
+  }
+  try {
+    std::size_t used = 0;
+    const double d = std::stod(s, &used);
+    if (used == s.size()) return d;
+  } catch (...) {  // NOLINT: not a number
+  }
+  return boost::json::string(s);
+}
+
+struct Source {
+  std::string file;  // the YAML file, or empty
+  std::map<std::string, std::string> overrides;  // key -> the override text
+  std::string where(const std::string& key, const YAML::Node& n) const {
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)
+      if (key == it->first || key.rfind(it->first + ".", 0) == 0 || it->first.rfind(key + ".", 0) == 0)
+        return fmt::format("override '{}'", it->second);
+    if (file.empty()) return "config";
+    return n.Mark().is_null() ? file : fmt::format("{}:{}", file, n.Mark().line + 1);
+  }
+};
+
+void apply_tree(RunConfig& c, const YAML::Node& node, const std::string& prefix, const Source& src,
+                const reward::RewardRegistry& registry) {
+  for (const auto& kv : node) {
+    const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    if (key == "reward") {
+      try {
+        c.reward = reward::RewardConfig::from_json(to_json(v), "reward", registry);
+      } catch (const core::ConfigError& e) {
+        throw core::ConfigError(src.where(key, v), "reward", e.what());
+      }
+      continue;
+    }
+    if (v.IsMap() && find_entry(key) == nullptr) {
+      apply_tree(c, v, key, src, registry);
+      continue;
+    }
+    const Entry* e = find_entry(key);
+    if (e == nullptr) throw core::ConfigError(src.where(key, v), key, unknown_key_message(key));
+    if (const auto err = e->set(c, v); !err.empty()) throw core::ConfigError(src.where(key, v), key, err);
+  }
+}
+
+// Puts `value` at the dotted `path` of `root`, making maps on the way. The reward section may be
+// a preset's name: it becomes {preset: name} so that fields can be set on top of it.
+void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) {
+    if (p.empty()) throw core::ConfigError(fmt::format("override '{}'", text), path, "empty key segment");
+    parts.push_back(p);
+  }
+  YAML::Node cur = root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = cur[parts[i]];
+    if (next.IsScalar() && i == 0 && parts[0] == "reward") {
+      YAML::Node m(YAML::NodeType::Map);
+      m["preset"] = next.Scalar();
+      cur[parts[i]] = m;
+      next.reset(cur[parts[i]]);
+    } else if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
+      throw core::ConfigError(fmt::format("override '{}'", text), path,
+                              fmt::format("'{}' holds a value, not a section", parts[i]));
+    }
+    if (!next.IsDefined() || next.IsNull()) {
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next.reset(cur[parts[i]]);
+    }
+    cur.reset(next);
+  }
+  cur[parts.back()] = value;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector<std::string>& overrides,
+                          const reward::RewardRegistry& registry) {
+  Source src;
+  YAML::Node root(YAML::NodeType::Map);
+  if (yaml) {
+    src.file = yaml->string();
+    if (!fs::exists(*yaml)) throw core::ConfigError(src.file, "", "no such file");
+    try {
+      root = YAML::LoadFile(yaml->string());
+    } catch (const YAML::ParserException& e) {
+      throw core::ConfigError(fmt::format("{}:{}", src.file, e.mark.line + 1), "", e.msg);
+    } catch (const YAML::Exception& e) {
+      throw core::ConfigError(src.file, "", e.what());
+    }
+    if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) throw core::ConfigError(src.file, "", "the top level must be a mapping of keys");
+  }
+  for (const auto& text : overrides) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw core::ConfigError(fmt::format("override '{}'", text), "", "expected key=value (a dotted key, e.g. dataset.batch_size=4)");
+    const std::string key = text.substr(0, eq), value = text.substr(eq + 1);
+    YAML::Node v;
+    try {
+      v = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      throw core::ConfigError(fmt::format("override '{}'", text), key, fmt::format("bad value: {}", e.what()));
+    }
+    if (key.rfind("reward", 0) != 0 && key.find('.') == std::string::npos && find_entry(key) == nullptr)
+      throw core::ConfigError(fmt::format("override '{}'", text), key, unknown_key_message(key));
+    set_path(root, key, v, text);
+    src.overrides[key] = text;
+  }
+  RunConfig c;
+  apply_tree(c, root, "", src, registry);
+  if (c.log_path.empty())
+    throw core::ConfigError(src.file.empty() ? "config" : src.file, "log_path", "is required (the run directory); add log_path=<dir>");
+  if (c.train.max_steps_off_policy < 0) throw core::ConfigError("config", "train.max_steps_off_policy", "must not be negative");
+  if (c.prompt.language == "cpp" && c.evaluator.device != "cpu")
+    throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
+                            fmt::format("cpp kernels run on the cpu evaluator, not {}", c.evaluator.device));
+  if ((c.prompt.language == "cuda" && c.evaluator.device != "cuda") || (c.prompt.language == "hip" && c.evaluator.device != "hip"))
+    throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
+                            fmt::format("{} kernels need evaluator.device={}", c.prompt.language, c.prompt.language));
+  return c;
+}
+
+std::string to_yaml(const RunConfig& config) {
+  std::string out = "# kbrl-train configuration, every key resolved (docs/configs.md).\n";
+  std::string section;
+  for (const auto& e : schema()) {
+    const auto dot = e.key.find('.');
+    const std::string s = dot == std::string::npos ? "" : e.key.substr(0, dot);
+    const std::string name = dot == std::string::npos ? e.key : e.key.substr(dot + 1);
+    if (s != section) {
+      out += "\n" + s + ":\n";
+      section = s;
+    }
+    out += (s.empty() ? "" : "  ") + name + ": " + e.get(config) + "\n";
+  }
+  // JSON is YAML: the reward section in RewardConfig's own complete form.
+  out += "\nreward: " + boost::json::serialize(config.reward.to_json()) + "\n";
+  return out;
+}
+
+void write_resolved(const RunConfig& config, const fs::path& path) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << to_yaml(config);
+    if (!out) throw core::Error(fmt::format("cannot write {}", tmp.string()));
+  }
+  fs::rename(tmp, path);
+}
+
+std::string config_reference_markdown() {
+  const RunConfig defaults;
+  std::string out = "| key | default | meaning |\n|---|---|---|\n";
+  for (const auto& e : schema()) {
+    std::string d = e.get(defaults);
+    out += fmt::format("| `{}` | `{}` | {} |\n", e.key, d, e.doc);
+  }
+  out += "| `reward` | `stage1` | a preset name or a reward object (docs/rewards.md); `reward.<field>=...` edits one field |\n";
+  return out;
+}
+
+}  // namespace kbrl::train

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""kbrl-train end to end on the CPU with real processes: the demo policy (scripts/make_demo_model.py)
+on the bundled problems with the CPU evaluator. Two steps of single-turn and of multi-turn
+training write every output file; a run killed with SIGKILL in the middle resumes and its
+metrics show each step exactly once; TensorBoard's own reader finds our scalars and histograms;
+`kbrl-train runs` / `status` report the runs' states.
+
+    kbrl_train_e2e.py --train <kbrl-train> --source <repo> --work <scratch dir>
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_train(args, log_path, *overrides, timeout=900):
+    cmd = [args.train, os.path.join(args.source, "examples/configs/cpu_demo.yaml"),
+           f"model.path={args.model}", f"log_path={log_path}", *overrides]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=args.source)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-5000:])
+    return r
+
+
+def check_outputs(log_path, steps, multi_turn):
+    name = os.path.basename(log_path)
+    for f in ["config.yaml", "metrics.jsonl", "traces.jsonl", "checkpoints.jsonl", "run.json"]:
+        check(os.path.isfile(os.path.join(log_path, f)), f"{name}: {f} written")
+    metrics = read_jsonl(os.path.join(log_path, "metrics.jsonl"))
+    check([m["step"] for m in metrics] == list(range(steps)), f"{name}: one metrics line per step")
+    for key in ["reward/mean", "reward/std", "reward/min", "reward/max", "kernel/format_rate", "kernel/compile_rate",
+                "kernel/correct_rate", "kernel/cheat_rate", "kernel/speedup_mean", "time/sample", "time/eval_wait",
+                "time/train", "time/step", "tokens/completion"]:
+        check(all(key in m for m in metrics), f"{name}: metrics carry {key}")
+    if multi_turn:
+        check(all("multiturn/success_rate" in m and "multiturn/avg_turns" in m for m in metrics),
+              f"{name}: multi-turn metrics")
+    traces = read_jsonl(os.path.join(log_path, "traces.jsonl"))
+    check(len(traces) >= steps * 2 * 2, f"{name}: a trace line per rollout ({len(traces)})")
+    t = traces[0]
+    for key in ["step", "group", "sample", "turn", "problem_id", "prompt", "completion", "kernel", "eval", "reward",
+                "advantage"]:
+        check(key in t, f"{name}: traces carry {key}")
+    check("<|im_start|>" in t["prompt"], f"{name}: the trace holds the rendered prompt")
+    if multi_turn:
+        check(any(x["turn"] == 1 for x in traces), f"{name}: some episode reached a second turn")
+        later = [x for x in traces if x["turn"] == 1]
+        if later:
+            check(later[0]["prompt"].count("<|im_start|>assistant") >= 2, f"{name}: a later turn carries the earlier answer")
+    ckpts = read_jsonl(os.path.join(log_path, "checkpoints.jsonl"))
+    check([c["step"] for c in ckpts] == list(range(steps)), f"{name}: a checkpoint per step")
+    last = ckpts[-1]
+    check(os.path.isfile(os.path.join(log_path, last["state"], "state.json")), f"{name}: the training state exists")
+    check(os.path.isfile(os.path.join(log_path, last["adapter"], "adapter_config.json")) and
+          os.path.isfile(os.path.join(log_path, last["adapter"], "adapter_model.safetensors")),
+          f"{name}: the PEFT adapter exists")
+    tb = os.path.join(log_path, "tb")
+    check(os.path.isdir(tb) and any(f.startswith("events.out.tfevents") for f in os.listdir(tb)),
+          f"{name}: TensorBoard event file")
+    return metrics
+
+
+def check_tensorboard(log_path, steps):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(os.path.join(log_path, "tb"), size_guidance={"scalars": 0, "histograms": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    check("reward/mean" in tags["scalars"], "tensorboard reads the scalar reward/mean")
+    if "reward/mean" in tags["scalars"]:
+        events = acc.Scalars("reward/mean")
+        check([e.step for e in events] == list(range(1, steps + 1)), "tensorboard: reward/mean at every step")
+        metrics = read_jsonl(os.path.join(log_path, "metrics.jsonl"))
+        check(all(abs(e.value - m["reward/mean"]) < 1e-5 * max(1, abs(m["reward/mean"]))
+                  for e, m in zip(events, metrics)), "tensorboard: the values are the metrics'")
+    check("reward" in tags["histograms"] and "advantage" in tags["histograms"],
+          f"tensorboard reads the histograms reward and advantage ({tags['histograms']})")
+    if "reward" in tags["histograms"]:
+        h = acc.Histograms("reward")
+        check(len(h) == steps and h[0].histogram_value.num == 8, "tensorboard: a reward histogram of 8 rollouts per step")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    args.model = os.path.join(args.work, "model")
+    subprocess.run([args.python, os.path.join(args.source, "scripts/make_demo_model.py"), args.model], check=True)
+
+    # Single turn, two steps.
+    single = os.path.join(args.work, "runs", "single")
+    r = run_train(args, single, "dataset.max_steps=2")
+    check(r.returncode == 0, "single-turn: kbrl-train exits 0")
+    if r.returncode == 0:
+        check_outputs(single, 2, False)
+        check_tensorboard(single, 2)
+
+    # Multi-turn, two steps.
+    multi = os.path.join(args.work, "runs", "multi")
+    r = run_train(args, multi, "dataset.max_steps=2", "env.multi_turn=true", "env.max_turns=2")
+    check(r.returncode == 0, "multi-turn: kbrl-train exits 0")
+    if r.returncode == 0:
+        check_outputs(multi, 2, True)
+
+    # Killed in the middle of the second step, then resumed.
+    killed = os.path.join(args.work, "runs", "killed")
+    cmd = [args.train, os.path.join(args.source, "examples/configs/cpu_demo.yaml"), f"model.path={args.model}",
+           f"log_path={killed}", "dataset.max_steps=3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=args.source)
+    metrics_file = os.path.join(killed, "metrics.jsonl")
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(metrics_file) and len(read_jsonl(metrics_file)) >= 1:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)  # into the next step
+    check(proc.poll() is None, "kill test: the run is still going when it is killed")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    status = subprocess.run([args.train, "status", killed], capture_output=True, text=True)
+    check(status.returncode == 0 and "crashed" in status.stdout, f"status of a killed run says crashed: {status.stdout!r}")
+    before = len(read_jsonl(os.path.join(killed, "checkpoints.jsonl")))
+    r = subprocess.run([args.train, f"log_path={killed}"], capture_output=True, text=True, cwd=args.source, timeout=900)
+    if r.returncode != 0:
+        print(r.stderr[-5000:])
+    check(r.returncode == 0, "the killed run resumes from its own config.yaml and finishes")
+    check("resuming" in r.stderr, "the resumed run says where it resumes")
+    metrics = read_jsonl(metrics_file)
+    check([m["step"] for m in metrics] == [0, 1, 2], f"resumed run: each step exactly once ({[m['step'] for m in metrics]})")
+    ckpts = read_jsonl(os.path.join(killed, "checkpoints.jsonl"))
+    check([c["step"] for c in ckpts] == [0, 1, 2], "resumed run: each checkpoint once")
+    opt = [c["optimizer_steps"] for c in ckpts]
+    check(all(b > a for a, b in zip(opt, opt[1:])) and before >= 1, f"no optimizer step repeated or lost: {opt}")
+    traces = read_jsonl(os.path.join(killed, "traces.jsonl"))
+    check(sorted({t["step"] for t in traces}) == [0, 1, 2], "resumed run: traces of each step")
+    check(len([t for t in traces if t["step"] == 1 and t["turn"] == 0]) == 8, "resumed run: step 1's traces once")
+
+    # Run management.
+    runs = subprocess.run([args.train, "runs", os.path.join(args.work, "runs")], capture_output=True, text=True)
+    check(runs.returncode == 0 and runs.stdout.count("finished") == 3, f"runs lists three finished runs:\n{runs.stdout}")
+
+    print(f"{len(FAILURES)} failure(s)")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
