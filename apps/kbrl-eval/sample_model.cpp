@@ -1,6 +1,7 @@
 #include "sample_model.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <boost/json.hpp>
 
 #include <fstream>
