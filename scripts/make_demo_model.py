@@ -7,6 +7,11 @@ per token, so completions vary in length and a length-shaped reward gives GRPO s
 learn on a CPU in seconds. Deterministic for a given seed.
 
     make_demo_model.py <out dir> [--seed 0] [--vocab 1024] [--hidden 64] [--layers 2]
+    make_demo_model.py <out dir> --shapes 1.5b [--vocab 32000]   # Qwen2.5-Coder-1.5B's shapes, bf16
+
+With --shapes 1.5b the model has the 1.5B model's layers and widths (not its vocabulary: the
+tokenizer is trained here, on the bundled files and Python sources next to torch, to --vocab
+tokens) and is written in bf16, for GPU runs of the whole loop.
 """
 import argparse
 import glob
@@ -29,6 +34,15 @@ def train_tokenizer(vocab):
         for path in sorted(glob.glob(os.path.join(ROOT, pattern))):
             with open(path, encoding="utf-8") as f:
                 texts.append(f.read())
+    if vocab > 4096:  # a large vocabulary needs more text than the bundled files
+        import torch
+        budget = 40 << 20
+        for path in sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "**", "*.py"), recursive=True)):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                texts.append(f.read())
+            budget -= len(texts[-1])
+            if budget < 0:
+                break
     texts.append("<think>\n</think>\n<KERNEL>\n</KERNEL>\nclass ModelNew(nn.Module):\n")
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
@@ -50,6 +64,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--shapes", choices=["demo", "1.5b"], default="demo")
     ap.add_argument("--stop-probability", type=float, default=0.04,
                     help="about how likely <|im_end|> is at each token")
     args = ap.parse_args()
@@ -64,17 +79,24 @@ def main():
     with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
                    "bos_token": None, "chat_template": CHATML, "model_max_length": 4096}, f, indent=2)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
-                         num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, tie_word_embeddings=False, rope_theta=10000.0,
-                         eos_token_id=ids["<|im_end|>"], bos_token_id=None)
+    if args.shapes == "1.5b":
+        args.hidden = 1536
+        shape = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                     num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0)
+    else:
+        shape = dict(hidden_size=args.hidden, intermediate_size=2 * args.hidden, num_hidden_layers=args.layers,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0)
+    config = Qwen2Config(vocab_size=vocab, tie_word_embeddings=False, eos_token_id=ids["<|im_end|>"],
+                         bos_token_id=None, **shape)
     config.architectures = ["Qwen2ForCausalLM"]
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    device = "cuda" if args.shapes != "demo" and torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
-        g = torch.Generator().manual_seed(args.seed)
+        g = torch.Generator(device=device).manual_seed(args.seed)
         for name, p in model.named_parameters():
-            r = torch.randn(p.shape, generator=g)
+            r = torch.randn(p.shape, generator=g, device=device)
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.1 * r)
             elif name.endswith("bias"):
@@ -88,16 +110,18 @@ def main():
         target = math.log(args.stop_probability * (vocab - 1) / (1 - args.stop_probability))
         head[ids["<|im_end|>"]] = 0
         model.model.norm.weight.fill_(1.0)
-        probe = torch.randint(0, vocab, (4, 64), generator=g)
+        probe = torch.randint(0, vocab, (4, 64), generator=g, device=device)
         hidden = model.model(probe).last_hidden_state.reshape(-1, args.hidden)
         direction = hidden.mean(0)
         head[ids["<|im_end|>"]] = direction * (target / direction.dot(direction).clamp_min(1e-6))
+    if args.shapes != "demo":
+        model.to(torch.bfloat16)
     model.save_pretrained(args.out)
     with open(os.path.join(args.out, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": True}, f, indent=2)
     with torch.no_grad():
         logits = model(probe).logits
-        p_stop = torch.softmax(logits, -1)[..., ids["<|im_end|>"]].mean().item()
+        p_stop = torch.softmax(logits.float(), -1)[..., ids["<|im_end|>"]].mean().item()
     print(f"wrote {args.out}: vocab {vocab}, {sum(p.numel() for p in model.parameters())} parameters, "
           f"p(<|im_end|>) per token about {p_stop:.3f}")
 
