@@ -2,7 +2,8 @@
 # kbrl-train on the GPU machine: a random model with Qwen2.5-Coder-1.5B's layers (a 32k
 # vocabulary trained here; scripts/make_demo_model.py --shapes 1.5b) on four KernelBench level-1
 # problems with the CUDA evaluator, two single-turn steps and two multi-turn steps; writes the
-# per-phase time breakdown to <out>/train_loop.md.
+# per-phase time breakdown to <out>/train_loop.md. The reward adds a length term, so that answers
+# that end sooner score higher and the random policy has something to learn (a training phase).
 #   bash tests/gpu/train_loop.sh <KernelBench checkout> [build dir (build/cuda)] [out dir ($OUT)]
 set -euo pipefail
 kb="$1"
@@ -15,7 +16,8 @@ trap 'rm -rf "$work"' EXIT
 "$python" scripts/make_demo_model.py "$work/model" --shapes 1.5b --vocab 32000
 common=(model.path="$work/model" dataset.problems="$kb" "dataset.levels=[1]" "dataset.name_pattern=level1/1[0-3]_*"
         dataset.eval_fraction=0 dataset.batch_size=4 dataset.group_size=8 dataset.max_steps=2 sampling.max_tokens=1024
-        evaluator.timing_trials=20 train.micro_batch_tokens=32768)
+        evaluator.timing_trials=20 train.micro_batch_tokens=32768 sampling.groups_per_call=4
+        reward.weights.length=0.5 reward.length.target_tokens=64 reward.length.limit_tokens=1024)
 "$build/apps/kbrl-train" examples/configs/single_turn.yaml "${common[@]}" log_path="$work/single" 2> "$out/single.log"
 "$build/apps/kbrl-train" examples/configs/multi_turn.yaml "${common[@]}" env.max_turns=2 log_path="$work/multi" \
   2> "$out/multi.log"

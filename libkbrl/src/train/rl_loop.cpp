@@ -271,35 +271,43 @@ class Trainer {
     const SamplingClient sampler = client_->sampling_client(model::token_bytes_of(*tokenizer_));
     for (int turn = 0;; ++turn) {
       std::vector<std::pair<Rollout*, std::future<env::StepResult>>> pending;
-      for (std::size_t g = 0; g < groups; ++g) {
-        std::vector<Rollout*> active;
-        for (auto& r : rollouts)
-          if (r.group == g && !r.done) active.push_back(&r);
-        if (active.empty()) continue;
-        std::vector<std::vector<std::int64_t>> prompts;
-        std::vector<std::string> texts;
+      const auto chunk = static_cast<std::size_t>(std::max(1, config_.sampling.groups_per_call));
+      for (std::size_t g0 = 0; g0 < groups; g0 += chunk) {
         // The first turn of a group is one prompt sampled group_size times; later turns differ
         // per rollout (each carries its own feedback).
         const bool shared = turn == 0;
-        for (auto* r : active) {
-          const auto ids = model::render_chat_ids(*renderer_, *tokenizer_, r->observation.messages, true);
-          prompts.emplace_back(ids.begin(), ids.end());
-          texts.push_back(renderer_->render(r->observation.messages, true));
-          if (shared) break;
+        std::vector<std::vector<Rollout*>> members;  // per prompt: the rollouts it serves
+        for (std::size_t g = g0; g < std::min(groups, g0 + chunk); ++g) {
+          std::vector<Rollout*> active;
+          for (auto& r : rollouts)
+            if (r.group == g && !r.done) active.push_back(&r);
+          if (active.empty()) continue;
+          if (shared) members.push_back(active);
+          else
+            for (auto* r : active) members.push_back({r});
         }
+        if (members.empty()) continue;
+        std::vector<std::vector<std::int64_t>> prompts;
+        std::vector<std::string> texts;
+        for (const auto& m : members) {
+          const auto& messages = m.front()->observation.messages;
+          const auto ids = model::render_chat_ids(*renderer_, *tokenizer_, messages, true);
+          prompts.emplace_back(ids.begin(), ids.end());
+          texts.push_back(renderer_->render(messages, true));
+        }
+        const std::int64_t n = shared ? static_cast<std::int64_t>(members.front().size()) : 1;
         const auto t = Clock::now();
-        const auto samples = sampler.generate(prompts, shared ? static_cast<std::int64_t>(active.size()) : 1,
-                                              sampling_params(step, call++));
+        const auto samples = sampler.generate(prompts, n, sampling_params(step, call++));
         sample_s += seconds(t);
         for (const auto& s : samples) {
-          Rollout* r = active[shared ? s.sample_index : s.prompt_index];
+          Rollout* r = members[s.prompt_index][shared ? s.sample_index : 0];
           Rollout::Turn tr;
-          tr.prompt_tokens = prompts[shared ? 0 : s.prompt_index];
-          tr.prompt_text = texts[shared ? 0 : s.prompt_index];
+          tr.prompt_tokens = prompts[s.prompt_index];
+          tr.prompt_text = texts[s.prompt_index];
           tr.tokens = s.tokens;
           tr.logprobs = s.logprobs;
           r->turns.push_back(std::move(tr));
-          // Submits the evaluation now: it runs while the next group samples.
+          // Submits the evaluation now: it runs while the next chunk samples.
           pending.emplace_back(r, r->env->step(to_completion(s, *tokenizer_)));
         }
       }

@@ -205,6 +205,8 @@ const std::vector<Entry>& schema() {
     e.push_back(field("sampling.top_p", &R::sampling, &SamplingSection::top_p, "nucleus sampling (1: off)",
                       Check<double>([](const double& v) { return v > 0 && v <= 1 ? std::string() : fmt::format("{} is outside (0, 1]", v); })));
     e.push_back(field("sampling.top_k", &R::sampling, &SamplingSection::top_k, "top-k sampling (0: off)", at_least(0)));
+    e.push_back(field("sampling.groups_per_call", &R::sampling, &SamplingSection::groups_per_call,
+                      "groups sampled in one batch (x group_size rows); a chunk's evaluations start as soon as it is sampled", at_least(1)));
     e.push_back(field("evaluator.device", &R::evaluator, &EvaluatorSection::device, "where kernels run", one_of({"cpu", "cuda", "hip"})));
     e.push_back(field("evaluator.gpus", &R::evaluator, &EvaluatorSection::gpus, "GPU indices for evaluation (empty: GPU 0)"));
     e.push_back(field("evaluator.workers", &R::evaluator, &EvaluatorSection::workers, "parallel builds (0: one per core)", at_least(0)));

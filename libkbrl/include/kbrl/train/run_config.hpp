@@ -51,6 +51,7 @@ struct SamplingSection {
   double temperature = 1.0;
   double top_p = 1.0;
   int top_k = 0;
+  int groups_per_call = 4;  // groups sampled together (x group_size rows); each chunk's evaluations start when it is sampled
 };
 struct EvaluatorSection {
   std::string device = "cpu";
