@@ -3,6 +3,7 @@
 //   kbrl-train [config.yaml] [key=value ...]     train, or resume the run in log_path
 //   kbrl-train runs <dir>                        every run under <dir>: state, step, last reward
 //   kbrl-train status <run dir>                  one run
+//   kbrl-train keys                              the configuration keys (docs/configs.md)
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -33,6 +34,7 @@ constexpr const char* kUsage = R"(usage:
   kbrl-train [config.yaml] [key=value ...]   train (or resume the run already in log_path)
   kbrl-train runs <dir>                      list the runs under <dir>
   kbrl-train status <run dir>                show one run
+  kbrl-train keys                            every configuration key with its default (markdown)
   kbrl-train --help
 
 Keys are dotted paths into the configuration (docs/configs.md lists every key and its default):
@@ -77,6 +79,10 @@ int main(int argc, char** argv) {
     if (!args.empty() && args[0] == "runs") {
       if (args.size() != 2) throw kbrl::core::InvalidArgument("usage: kbrl-train runs <dir>");
       std::cout << kbrl::log::format_run_table(kbrl::log::list_runs(args[1]));
+      return 0;
+    }
+    if (!args.empty() && args[0] == "keys") {
+      std::cout << kbrl::train::config_reference_markdown();
       return 0;
     }
     if (!args.empty() && args[0] == "status") {

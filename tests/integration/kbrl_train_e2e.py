@@ -110,10 +110,12 @@ def main():
 
     # Single turn, two steps.
     single = os.path.join(args.work, "runs", "single")
-    r = run_train(args, single, "dataset.max_steps=2")
+    r = run_train(args, single, "dataset.max_steps=2", "eval_every=2")
     check(r.returncode == 0, "single-turn: kbrl-train exits 0")
     if r.returncode == 0:
-        check_outputs(single, 2, False)
+        metrics = check_outputs(single, 2, False)
+        check("eval/reward_mean" in metrics[1] and metrics[1]["eval/problems"] == 3 and "eval/reward_mean" not in metrics[0],
+              "single-turn: the held-out split is evaluated at step 2")
         check_tensorboard(single, 2)
 
     # Multi-turn, two steps.

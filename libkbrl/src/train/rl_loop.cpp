@@ -326,9 +326,7 @@ class Trainer {
     return {sample_s, wait_s};
   }
 
-  void run_step(std::int64_t step) {
-    const auto t_step = Clock::now();
-    auto builders = dataset_->batch(step);
+  static std::vector<Rollout> start_rollouts(const std::vector<std::unique_ptr<env::EnvGroupBuilder>>& builders) {
     std::vector<Rollout> rollouts;
     for (std::size_t g = 0; g < builders.size(); ++g) {
       auto envs = builders[g]->make_envs();
@@ -341,6 +339,44 @@ class Trainer {
         rollouts.push_back(std::move(r));
       }
     }
+    return rollouts;
+  }
+
+  // One rollout per held-out problem with the current weights: eval/* metrics.
+  void evaluate_held_out(std::int64_t step, boost::json::object& m) {
+    const auto builders = dataset_->eval_builders(1);
+    if (builders.empty()) return;
+    auto rollouts = start_rollouts(builders);
+    const long expected = static_cast<long>(rollouts.size()) * (config_.env.multi_turn ? config_.env.max_turns : 1);
+    log::Progress progress(cat("eval after step ", step + 1), expected, options_.progress ? options_.progress : stderr);
+    // Seeds apart from the training steps' (whose calls count up from step * 7919).
+    play(rollouts, step + (std::int64_t{1} << 40), progress);
+    progress.finish();
+    std::vector<double> reward, correct, format, speedup;
+    for (const auto& r : rollouts) {
+      double total = 0;
+      bool solved = false, formatted = false;
+      for (const auto& t : r.turns) {
+        total += t.result.reward;
+        solved = solved || t.result.eval.correct;
+        formatted = formatted || t.result.eval.format_ok;
+        if (t.result.eval.correct && t.result.eval.speedup) speedup.push_back(*t.result.eval.speedup);
+      }
+      reward.push_back(total);
+      correct.push_back(solved ? 1 : 0);
+      format.push_back(formatted ? 1 : 0);
+    }
+    m["eval/problems"] = static_cast<double>(rollouts.size());
+    m["eval/reward_mean"] = rate(reward);
+    m["eval/correct_rate"] = rate(correct);
+    m["eval/format_rate"] = rate(format);
+    m["eval/speedup_mean"] = speedup.empty() ? 0.0 : rate(speedup);
+  }
+
+  void run_step(std::int64_t step) {
+    const auto t_step = Clock::now();
+    auto builders = dataset_->batch(step);
+    std::vector<Rollout> rollouts = start_rollouts(builders);
     const long expected = static_cast<long>(rollouts.size()) * (config_.env.multi_turn ? config_.env.max_turns : 1);
     log::Progress progress(cat("step ", step + 1, "/", total_steps_), expected, options_.progress ? options_.progress : stderr);
     const auto [sample_s, wait_s] = play(rollouts, step, progress);
@@ -413,6 +449,11 @@ class Trainer {
     const double save_s = seconds(t_save);
 
     fill_metrics(m, rollouts, all_rewards, all_adv, train_metrics);
+    if (config_.eval_every > 0 && ((step + 1) % config_.eval_every == 0 || last)) {
+      const auto t_eval = Clock::now();
+      evaluate_held_out(step, m);
+      m["time/eval_held_out"] = seconds(t_eval);
+    }
     m["groups/total"] = static_cast<double>(builders.size());
     m["groups/constant"] = static_cast<double>(constant_groups);
     m["groups/used"] = static_cast<double>(groups_used);

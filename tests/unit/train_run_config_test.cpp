@@ -1,0 +1,134 @@
+// kbrl-train's configuration: YAML then overrides, every kind of error with the place and key,
+// the resolved file reading back equal, the example configs, and docs/configs.md in step with the
+// schema.
+#include "kbrl/train/run_config.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "catch.hpp"
+#include "kbrl/core/error.hpp"
+
+using namespace kbrl;
+using train::load_run_config;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path write_yaml(const std::string& name, const std::string& text) {
+  const auto dir = fs::path(KBRL_TEST_TMP) / "run_config";
+  fs::create_directories(dir);
+  const auto p = dir / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string error_of(const std::optional<fs::path>& yaml, const std::vector<std::string>& overrides) {
+  try {
+    load_run_config(yaml, overrides);
+  } catch (const core::ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("defaults and overrides with dotted keys") {
+  const auto c = load_run_config(std::nullopt, {"log_path=runs/x", "dataset.batch_size=8", "lora.target_modules=[q_proj, v_proj]",
+                                                "dataset.levels=[1,2]", "reward.preset=stage2", "reward.weights.speed=0.5",
+                                                "train.learning_rate=3e-5", "env.multi_turn=true"});
+  CHECK(c.log_path == "runs/x");
+  CHECK(c.dataset.batch_size == 8);
+  CHECK(c.dataset.group_size == 4);
+  CHECK(c.lora.target_modules == std::vector<std::string>{"q_proj", "v_proj"});
+  CHECK(c.dataset.levels == std::vector<int>{1, 2});
+  CHECK(c.reward.name == "stage2");
+  CHECK(c.reward.weight("speed") == 0.5);
+  CHECK(c.reward.weight("correctness") == 0.7);
+  CHECK(c.train.learning_rate == 3e-5);
+  CHECK(c.env.multi_turn);
+}
+
+TEST_CASE("overrides win over the file and a preset name can be edited field by field") {
+  const auto yaml = write_yaml("base.yaml", "log_path: runs/a\ndataset:\n  batch_size: 2\n  group_size: 8\nreward: stage1\n");
+  const auto c = load_run_config(yaml, {"dataset.batch_size=6", "reward.weights.length=0.25",
+                                        "reward.length.target_tokens=10", "reward.length.limit_tokens=20"});
+  CHECK(c.dataset.batch_size == 6);
+  CHECK(c.dataset.group_size == 8);
+  CHECK(c.reward.name == "stage1");
+  CHECK(c.reward.weight("length") == 0.25);
+  CHECK(c.reward.weight("format") == 0.4);
+}
+
+TEST_CASE("errors name the place and the key") {
+  const auto yaml = write_yaml("bad.yaml", "log_path: runs/a\ndataset:\n  batch_sise: 2\n");
+  const auto unknown = error_of(yaml, {});
+  CHECK(has(unknown, "bad.yaml:3"));
+  CHECK(has(unknown, "batch_sise"));
+  CHECK(has(unknown, "did you mean 'dataset.batch_size'"));
+  const auto type = error_of(std::nullopt, {"log_path=x", "dataset.batch_size=four"});
+  CHECK(has(type, "override 'dataset.batch_size=four'"));
+  CHECK(has(type, "expected an integer"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "dataset.group_size=1"}), "GRPO"));
+  const auto loss = error_of(std::nullopt, {"log_path=x", "train.loss=reinforce"});
+  CHECK(has(loss, "importance_sampling"));
+  CHECK(has(loss, "cispo"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "dataset.eval_fraction=1.5"}), "outside [0, 1)"));
+  CHECK(has(error_of(std::nullopt, {"dataset.batch_size"}), "expected key=value"));
+  CHECK(has(error_of(std::nullopt, {}), "log_path"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "dataset=3"}), "is a section"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "reward.weights.spede=1"}), "spede"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "prompt.language=cuda"}), "evaluator.device=cuda"));
+  const auto syntax = write_yaml("syntax.yaml", "log_path: runs/a\ndataset: [1, 2\n");
+  CHECK(has(error_of(syntax, {}), "syntax.yaml:"));
+  CHECK(has(error_of(fs::path("/nonexistent/config.yaml"), {}), "no such file"));
+}
+
+TEST_CASE("the resolved config reads back equal") {
+  const auto c = load_run_config(std::nullopt, {"log_path=runs/r", "seed=42", "lora.rank=16", "lora.alpha=8.5",
+                                                "dataset.name_pattern=level1/1*", "sampling.temperature=0.7",
+                                                "reward=kevin", "prompt.hardware=H100 \"SXM\""});
+  const auto path = fs::path(KBRL_TEST_TMP) / "run_config" / "resolved.yaml";
+  fs::create_directories(path.parent_path());
+  train::write_resolved(c, path);
+  const auto back = load_run_config(path, {});
+  CHECK(train::to_yaml(back) == train::to_yaml(c));
+  CHECK(back.seed == 42);
+  CHECK(back.lora.alpha == 8.5);
+  CHECK(back.prompt.hardware == "H100 \"SXM\"");
+  CHECK(back.reward == c.reward);
+  CHECK(back.sampling.temperature == 0.7);
+}
+
+TEST_CASE("the example configs are valid") {
+  const fs::path dir = fs::path(KBRL_SOURCE_DIR) / "examples/configs";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".yaml") continue;
+    INFO(e.path().string());
+    CHECK_NOTHROW(load_run_config(e.path(), {}));
+    ++n;
+  }
+  CHECK(n >= 3);
+  const auto demo = load_run_config(dir / "cpu_demo.yaml", {});
+  CHECK(demo.evaluator.device == "cpu");
+  CHECK(load_run_config(dir / "multi_turn.yaml", {}).env.multi_turn);
+}
+
+TEST_CASE("docs/configs.md lists every key with its default") {
+  const std::string docs = read(fs::path(KBRL_SOURCE_DIR) / "docs/configs.md");
+  const std::string table = train::config_reference_markdown();
+  INFO("regenerate the table with: kbrl-train keys");
+  CHECK(has(docs, table));
+}
