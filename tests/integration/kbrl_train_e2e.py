@@ -101,6 +101,7 @@ def main():
     ap.add_argument("--train", required=True)
     ap.add_argument("--source", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--custom-train", help="examples/custom_reward's training program")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
@@ -158,9 +159,30 @@ def main():
     check(sorted({t["step"] for t in traces}) == [0, 1, 2], "resumed run: traces of each step")
     check(len([t for t in traces if t["step"] == 1 and t["turn"] == 0]) == 8, "resumed run: step 1's traces once")
 
+    # A reward term of the user's own (examples/custom_reward/train.cpp).
+    if args.custom_train:
+        custom = os.path.join(args.work, "runs", "custom")
+        r = subprocess.run([args.custom_train, os.path.join(args.source, "examples/configs/cpu_demo.yaml"),
+                            f"model.path={args.model}", f"log_path={custom}", "dataset.max_steps=1"],
+                           capture_output=True, text=True, cwd=args.source, timeout=900)
+        if r.returncode != 0:
+            print(r.stdout[-2000:], r.stderr[-3000:])
+        check(r.returncode == 0 and "shared_memory weight 0.2" in r.stdout, "custom reward: a run trains with the term")
+        if r.returncode == 0:
+            traces = read_jsonl(os.path.join(custom, "traces.jsonl"))
+            check(all("shared_memory" in t["reward_terms"]["terms"] for t in traces),
+                  "custom reward: every rollout's reward has the user's term")
+            check(len(read_jsonl(os.path.join(custom, "metrics.jsonl"))) == 1, "custom reward: one step")
+        r = subprocess.run([args.train, os.path.join(args.source, "examples/configs/cpu_demo.yaml"),
+                            f"model.path={args.model}", f"log_path={custom}-bare", "reward.weights.shared_memory=0.2"],
+                           capture_output=True, text=True, cwd=args.source)
+        check(r.returncode != 0 and "shared_memory" in r.stderr, "kbrl-train without the term rejects its weight")
+
     # Run management.
     runs = subprocess.run([args.train, "runs", os.path.join(args.work, "runs")], capture_output=True, text=True)
-    check(runs.returncode == 0 and runs.stdout.count("finished") == 3, f"runs lists three finished runs:\n{runs.stdout}")
+    finished = 4 if args.custom_train else 3
+    check(runs.returncode == 0 and runs.stdout.count("finished") == finished,
+          f"runs lists {finished} finished runs:\n{runs.stdout}")
 
     print(f"{len(FAILURES)} failure(s)")
     return 1 if FAILURES else 0
