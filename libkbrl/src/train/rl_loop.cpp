@@ -378,7 +378,8 @@ class Trainer {
     auto builders = dataset_->batch(step);
     std::vector<Rollout> rollouts = start_rollouts(builders);
     const long expected = static_cast<long>(rollouts.size()) * (config_.env.multi_turn ? config_.env.max_turns : 1);
-    log::Progress progress(cat("step ", step + 1, "/", total_steps_), expected, options_.progress ? options_.progress : stderr);
+    log::Progress progress(cat("step ", step + 1, "/", total_steps_, " rollouts"), expected,
+                           options_.progress ? options_.progress : stderr);
     const auto [sample_s, wait_s] = play(rollouts, step, progress);
     progress.finish();
 
@@ -467,6 +468,17 @@ class Trainer {
     metrics_->write(m);
     metrics_->flush();
     log_tensorboard(step, m, all_rewards, all_adv, rollouts);
+    // The run's phase line: where the step's time went, and when the run should end.
+    step_seconds_.push_back(m["time/step"].to_number<double>());
+    const double mean_step = std::accumulate(step_seconds_.begin(), step_seconds_.end(), 0.0) /
+                             static_cast<double>(step_seconds_.size());
+    std::fprintf(options_.progress ? options_.progress : stderr,
+                 "step %lld/%lld done in %.1fs (sample %.1fs, eval wait %.1fs, train %.1fs, save %.1fs): reward %.3f, "
+                 "correct %.0f%%; ETA %s\n",
+                 static_cast<long long>(step + 1), static_cast<long long>(total_steps_), m["time/step"].to_number<double>(),
+                 sample_s, wait_s, train_s, save_s, m["reward/mean"].to_number<double>(),
+                 100.0 * m["kernel/correct_rate"].to_number<double>(),
+                 log::Progress::format_duration(mean_step * static_cast<double>(total_steps_ - step - 1)).c_str());
     if (save) {
       boost::json::object c;
       c["step"] = step;
@@ -610,6 +622,7 @@ class Trainer {
   std::unique_ptr<eval::LocalEvaluator> evaluator_;
   std::unique_ptr<env::KernelBenchDataset> dataset_;
   std::int64_t total_steps_ = 0;
+  std::vector<double> step_seconds_;
   std::unique_ptr<log::TensorBoardWriter> tb_;
   std::unique_ptr<log::JsonlWriter> metrics_, traces_, checkpoints_;
 };
