@@ -75,15 +75,7 @@ class StoreProcessGroup final : public ProcessGroup {
     for (const auto& t : tensors) parts.push_back(t.detach().to(at::kCPU, at::kDouble).reshape({-1}));
     return at::cat(parts);
   }
-  static void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
-    std::int64_t offset = 0;
-    const c10::NoGradGuard no_grad;
-    for (auto& t : tensors) {
-      const std::int64_t n = t.numel();
-      t.copy_(flat.narrow(0, offset, n).view(t.sizes()));
-      offset += n;
-    }
-  }
+  static void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors) { detail::unflatten_into(flat, tensors); }
   static std::vector<std::uint8_t> bytes_of(const at::Tensor& flat) {
     const auto* p = static_cast<const std::uint8_t*>(flat.contiguous().data_ptr());
     return {p, p + flat.numel() * static_cast<std::int64_t>(sizeof(double))};
@@ -117,6 +109,18 @@ class StoreProcessGroup final : public ProcessGroup {
 };
 
 }  // namespace
+
+namespace detail {
+void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
+  std::int64_t offset = 0;
+  const c10::NoGradGuard no_grad;
+  for (auto& t : tensors) {
+    const std::int64_t n = t.numel();
+    t.copy_(flat.narrow(0, offset, n).view(t.sizes()));
+    offset += n;
+  }
+}
+}  // namespace detail
 
 #ifndef KBRL_NCCL
 namespace detail {

@@ -11,6 +11,9 @@
 
 namespace kbrl::train::detail {
 
+// Copies consecutive slices of `flat` back into `tensors` (each keeps its dtype and device).
+void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors);
+
 std::shared_ptr<ProcessGroup> make_nccl_group(const LaunchEnv& env, const c10::intrusive_ptr<c10d::Store>& store,
                                               std::chrono::milliseconds timeout);
 

@@ -71,15 +71,7 @@ class NcclProcessGroup final : public ProcessGroup {
     for (const auto& t : tensors) parts.push_back(t.detach().to(device_, type).reshape({-1}));
     return at::cat(parts);
   }
-  static void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
-    std::int64_t offset = 0;
-    const c10::NoGradGuard no_grad;
-    for (auto& t : tensors) {
-      const std::int64_t n = t.numel();
-      t.copy_(flat.narrow(0, offset, n).view(t.sizes()));
-      offset += n;
-    }
-  }
+  static void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors) { unflatten_into(flat, tensors); }
   at::ScalarType common_type(const std::vector<at::Tensor>& tensors) const {
     const at::ScalarType first = tensors.front().scalar_type();
     for (const auto& t : tensors)
