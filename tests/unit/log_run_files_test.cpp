@@ -125,7 +125,7 @@ TEST_CASE("tensorboard reads our scalars and histograms") {
   CHECK(found);
 }
 
-TEST_CASE("a run lock reports running, finished, crashed and refuses a second holder") {
+TEST_CASE("a run lock reports the run state and refuses a second holder") {
   const auto root = scratch("runs");
   const auto a = root / "a", b = root / "b", c = root / "c";
   {
