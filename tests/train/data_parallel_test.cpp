@@ -20,9 +20,8 @@
 
 namespace {
 
-// A port nobody listens on right now.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// A port bound by `fd` (not listening): nobody else can take it while fd is open.
+int bound_port(int fd) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -30,8 +29,15 @@ int free_port() {
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   socklen_t len = sizeof addr;
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+// A port nobody listens on right now (rank 0's store binds it next).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int port = bound_port(fd);
+  ::close(fd);
+  return port;
 }
 
 // Starts the worker as `rank` of `world` (world 1: no launch variables at all) and returns its pid.
@@ -121,7 +127,10 @@ TEST_CASE("a rank whose peer never comes gives up with an error naming the store
   env.set("WORLD_SIZE", "2");
   env.set("RANK", "1");
   env.set("MASTER_ADDR", "127.0.0.1");
-  env.set("MASTER_PORT", std::to_string(free_port()));
+  // Held (bound, not listening) for the whole test: connections are refused, and no other test
+  // that picks a free port meanwhile can get this one and answer.
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  env.set("MASTER_PORT", std::to_string(bound_port(held)));
   const auto launch_env = kbrl::train::launch_env_from_environment();
   try {
     kbrl::train::ProcessGroup::join(launch_env, false, std::chrono::milliseconds(1500));
@@ -129,6 +138,7 @@ TEST_CASE("a rank whose peer never comes gives up with an error naming the store
   } catch (const kbrl::core::Error& e) {
     CHECK(contains(e.what(), "could not reach the store at 127.0.0.1"));
   }
+  ::close(held);
 }
 
 TEST_CASE("launch variables are read as torchrun and slurm set them") {

@@ -37,8 +37,8 @@ TEST_CASE("cross entropy is minus the weighted sum of logprobs") {
   Case c;
   // -(ln 0.5 + ln 0.25 + ln 0.5) = ln2 + 2 ln2 + ln2 = 4 ln2
   const auto out = compute_loss(LossKind::kCrossEntropy, c.inputs());
-  CHECK(out.loss.item<double>() == Approx(4 * ln2).epsilon(1e-12));
-  CHECK(out.metrics.at("entropy_proxy") == Approx(4 * ln2 / 3).epsilon(1e-12));
+  CHECK(out.loss.item<double>() == Catch::Approx(4 * ln2).epsilon(1e-12));
+  CHECK(out.metrics.at("entropy_proxy") == Catch::Approx(4 * ln2 / 3).epsilon(1e-12));
   // d/dlogp = -w
   const auto g = grad_of(LossKind::kCrossEntropy);
   CHECK(g == std::vector<double>{-1.0, -1.0, -1.0});
@@ -48,14 +48,14 @@ TEST_CASE("importance sampling weights advantages by the ratio") {
   Case c;
   // -(2*1 + 0.5*(-1) + 1*2) = -3.5; gradient -r*A = -2, 0.5, -2
   const auto out = compute_loss(LossKind::kImportanceSampling, c.inputs());
-  CHECK(out.loss.item<double>() == Approx(-3.5).epsilon(1e-12));
-  CHECK(out.metrics.at("ratio") == Approx(3.5 / 3).epsilon(1e-12));
+  CHECK(out.loss.item<double>() == Catch::Approx(-3.5).epsilon(1e-12));
+  CHECK(out.metrics.at("ratio") == Catch::Approx(3.5 / 3).epsilon(1e-12));
   // k3: (2 - 1 - ln2) + (0.5 - 1 + ln2) + 0 = 0.5, mean over 3 tokens
-  CHECK(out.metrics.at("kl_sampler") == Approx(0.5 / 3).epsilon(1e-12));
+  CHECK(out.metrics.at("kl_sampler") == Catch::Approx(0.5 / 3).epsilon(1e-12));
   const auto g = grad_of(LossKind::kImportanceSampling);
-  CHECK(g[0] == Approx(-2.0));
-  CHECK(g[1] == Approx(0.5));
-  CHECK(g[2] == Approx(-2.0));
+  CHECK(g[0] == Catch::Approx(-2.0));
+  CHECK(g[1] == Catch::Approx(0.5));
+  CHECK(g[2] == Catch::Approx(-2.0));
 }
 
 TEST_CASE("ppo takes the min of the clipped and unclipped objectives") {
@@ -63,13 +63,13 @@ TEST_CASE("ppo takes the min of the clipped and unclipped objectives") {
   // bounds [0.8, 1.2]: token 0 min(2*1, 1.2*1) = 1.2 (clipped), token 1 min(0.5*-1, 0.8*-1) =
   // -0.8 (clipped), token 2 ratio 1: 2. Loss -(1.2 - 0.8 + 2) = -2.4.
   const auto out = compute_loss(LossKind::kPpo, c.inputs());
-  CHECK(out.loss.item<double>() == Approx(-2.4).epsilon(1e-12));
-  CHECK(out.metrics.at("clip_fraction") == Approx(2.0 / 3).epsilon(1e-12));
+  CHECK(out.loss.item<double>() == Catch::Approx(-2.4).epsilon(1e-12));
+  CHECK(out.metrics.at("clip_fraction") == Catch::Approx(2.0 / 3).epsilon(1e-12));
   // Clipped tokens get no gradient; token 2: -r*A = -2.
   const auto g = grad_of(LossKind::kPpo);
   CHECK(g[0] == 0.0);
   CHECK(g[1] == 0.0);
-  CHECK(g[2] == Approx(-2.0));
+  CHECK(g[2] == Catch::Approx(-2.0));
 }
 
 TEST_CASE("ppo keeps the unclipped term when it is the smaller one") {
@@ -78,22 +78,22 @@ TEST_CASE("ppo keeps the unclipped term when it is the smaller one") {
   const LossInputs in{logp, at::log(at::tensor({0.25}, at::kDouble)).view({1, 1}),
                       at::tensor({-1.0}, at::kDouble).view({1, 1}), at::ones({1, 1}, at::kDouble)};
   const auto out = compute_loss(LossKind::kPpo, in);
-  CHECK(out.loss.item<double>() == Approx(2.0).epsilon(1e-12));
+  CHECK(out.loss.item<double>() == Catch::Approx(2.0).epsilon(1e-12));
   out.loss.backward();
-  CHECK(logp.grad().item<double>() == Approx(2.0).epsilon(1e-12));
+  CHECK(logp.grad().item<double>() == Catch::Approx(2.0).epsilon(1e-12));
 }
 
 TEST_CASE("cispo clips the ratio and stops its gradient") {
   Case c;
   // -(1.2 * ln0.5 * 1 + 0.8 * ln0.25 * -1 + 1 * ln0.5 * 2) = -(-1.2 + 1.6 - 2) ln2 = 1.6 ln2
   const auto out = compute_loss(LossKind::kCispo, c.inputs());
-  CHECK(out.loss.item<double>() == Approx(1.6 * ln2).epsilon(1e-12));
+  CHECK(out.loss.item<double>() == Catch::Approx(1.6 * ln2).epsilon(1e-12));
   // With the stop-gradient, d/dlogp = -clip(r) * A = -1.2, 0.8, -2. Without it, token 2 (ratio
   // 1, inside the bounds) would get -(r + r logp) A = -(1 - ln2) * 2 = -0.61 instead of -2.
   const auto g = grad_of(LossKind::kCispo);
-  CHECK(g[0] == Approx(-1.2).epsilon(1e-12));
-  CHECK(g[1] == Approx(0.8).epsilon(1e-12));
-  CHECK(g[2] == Approx(-2.0).epsilon(1e-12));
+  CHECK(g[0] == Catch::Approx(-1.2).epsilon(1e-12));
+  CHECK(g[1] == Catch::Approx(0.8).epsilon(1e-12));
+  CHECK(g[2] == Catch::Approx(-2.0).epsilon(1e-12));
 }
 
 TEST_CASE("normalizations divide the weighted sum as documented") {
@@ -103,19 +103,19 @@ TEST_CASE("normalizations divide the weighted sum as documented") {
   const LossInputs in{logp, {}, {}, w};
   LossConfig c;
   c.normalization = Normalization::kSum;
-  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Approx(4 * ln2).epsilon(1e-12));
+  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Catch::Approx(4 * ln2).epsilon(1e-12));
   c.normalization = Normalization::kTokenMean;
-  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Approx(4 * ln2 / 3).epsilon(1e-12));
+  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Catch::Approx(4 * ln2 / 3).epsilon(1e-12));
   // row 0: 2 ln2 / 2 = ln2, row 1: 2 ln2 / 1; mean 1.5 ln2
   c.normalization = Normalization::kSequenceMean;
-  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Approx(1.5 * ln2).epsilon(1e-12));
+  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Catch::Approx(1.5 * ln2).epsilon(1e-12));
   c.normalization = Normalization::kConstant;
   c.constant = 8;
-  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Approx(0.5 * ln2).epsilon(1e-12));
+  CHECK(compute_loss(LossKind::kCrossEntropy, in, c).loss.item<double>() == Catch::Approx(0.5 * ln2).epsilon(1e-12));
   // Batch totals from outside (a micro-batch of a larger batch): 4 ln2 / 10
   c.normalization = Normalization::kTokenMean;
   CHECK(compute_loss(LossKind::kCrossEntropy, in, c, {10, -1}).loss.item<double>() ==
-        Approx(0.4 * ln2).epsilon(1e-12));
+        Catch::Approx(0.4 * ln2).epsilon(1e-12));
 }
 
 TEST_CASE("bad loss inputs and names throw") {

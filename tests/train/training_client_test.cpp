@@ -86,11 +86,11 @@ TEST_CASE("micro-batching by token budget gives the gradients of one batch") {
   TrainingClient b(tiny(), {}, many);
   const auto ra = a.forward_backward(datums, LossKind::kImportanceSampling, config);
   const auto rb = b.forward_backward(datums, LossKind::kImportanceSampling, config);
-  CHECK(ra.metrics.at("loss") == Approx(rb.metrics.at("loss")).epsilon(1e-5));
-  CHECK(ra.metrics.at("ratio") == Approx(rb.metrics.at("ratio")).epsilon(1e-5));
+  CHECK(ra.metrics.at("loss") == Catch::Approx(rb.metrics.at("loss")).epsilon(1e-5));
+  CHECK(ra.metrics.at("ratio") == Catch::Approx(rb.metrics.at("ratio")).epsilon(1e-5));
   for (std::size_t i = 0; i < datums.size(); ++i)
     for (std::size_t t = 0; t < datums[i].model_input.size(); ++t)
-      CHECK(ra.logprobs[i][t] == Approx(rb.logprobs[i][t]).margin(1e-5));
+      CHECK(ra.logprobs[i][t] == Catch::Approx(rb.logprobs[i][t]).margin(1e-5));
   double max_diff = 0, max_abs = 0;
   for (std::size_t p = 0; p < a.parameters().size(); ++p) {
     const auto& ga = a.parameters()[p].second.grad();
@@ -208,7 +208,7 @@ TEST_CASE("grpo with importance sampling raises the reward of a verifiable task"
       }
     }
     const auto fb = client.forward_backward(datums, LossKind::kImportanceSampling, config);
-    if (step == 0) CHECK(fb.metrics.at("ratio") == Approx(1.0).epsilon(1e-3));  // on-policy
+    if (step == 0) CHECK(fb.metrics.at("ratio") == Catch::Approx(1.0).epsilon(1e-3));  // on-policy
     client.optim_step(adam);
   }
   std::printf("grpo target %lld, mean reward per step:", static_cast<long long>(target));
