@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "../model/torch/text.hpp"
 #include "distributed_impl.hpp"
@@ -47,6 +48,10 @@ class StoreProcessGroup final : public ProcessGroup {
  public:
   StoreProcessGroup(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store)
       : ProcessGroup(rank, world_size), store_(std::move(store)) {}
+
+  ~StoreProcessGroup() override { detail::leave(*store_, rank(), world_size()); }
+  StoreProcessGroup(const StoreProcessGroup&) = delete;
+  StoreProcessGroup& operator=(const StoreProcessGroup&) = delete;
 
   std::string backend() const override { return "store"; }
 
@@ -111,6 +116,17 @@ class StoreProcessGroup final : public ProcessGroup {
 }  // namespace
 
 namespace detail {
+void leave(c10d::Store& store, int rank, int world_size) {
+  try {
+    const std::int64_t left = store.add("kbrl/left", 1);
+    if (rank != 0 || left >= world_size) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (store.add("kbrl/left", 0) < world_size && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } catch (...) {  // NOLINT: a peer that is gone already has nothing left to ask of the store
+  }
+}
+
 void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
   std::int64_t offset = 0;
   const c10::NoGradGuard no_grad;

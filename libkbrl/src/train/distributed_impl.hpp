@@ -11,6 +11,11 @@
 
 namespace kbrl::train::detail {
 
+// At the end of a process group: every rank checks out through the store, and rank 0, whose
+// process hosts the store, waits until all have, so that no rank loses the store while it still
+// talks to it. Never throws (destructors call it).
+void leave(c10d::Store& store, int rank, int world_size);
+
 // Copies consecutive slices of `flat` back into `tensors` (each keeps its dtype and device).
 void unflatten_into(const at::Tensor& flat, std::vector<at::Tensor>& tensors);
 

@@ -16,7 +16,9 @@ namespace {
 class NcclProcessGroup final : public ProcessGroup {
  public:
   NcclProcessGroup(const LaunchEnv& env, const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout)
-      : ProcessGroup(env.rank, env.world_size), device_(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) {
+      : ProcessGroup(env.rank, env.world_size),
+        device_(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)),
+        store_(store) {
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     const c10::cuda::CUDAGuard guard(device_);
@@ -29,6 +31,7 @@ class NcclProcessGroup final : public ProcessGroup {
       group_->shutdown();
     } catch (...) {  // NOLINT: a failing shutdown at exit has nobody left to tell
     }
+    leave(*store_, rank(), world_size());
   }
   NcclProcessGroup(const NcclProcessGroup&) = delete;
   NcclProcessGroup& operator=(const NcclProcessGroup&) = delete;
@@ -80,6 +83,7 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
   c10::Device device_;
+  c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> group_;
 };
 
