@@ -35,6 +35,7 @@
 #include "kbrl/model/sampler.hpp"
 #include "kbrl/model/tokenizer.hpp"
 #include "kbrl/prompt/chat_renderer.hpp"
+#include "kbrl/reward/terms.hpp"
 #include "kbrl/train/training_client.hpp"
 
 namespace kbrl::train {
@@ -400,9 +401,7 @@ class Trainer {
           rewards.push_back(std::move(r));
         }
       const auto adv = env::turn_advantages(rewards, advantage_options());
-      bool constant = true;
-      for (const auto& r : rewards)
-        if (r != rewards.front()) constant = false;
+      const bool constant = env::constant_group(rewards);
       if (constant) ++constant_groups;
       const bool skip = constant && config_.train.remove_constant_reward_groups;
       skipped[g] = skip;
@@ -536,7 +535,7 @@ class Trainer {
         format.push_back(e.format_ok ? 1 : 0);
         compiled.push_back(e.compiled ? 1 : 0);
         correct.push_back(e.correct ? 1 : 0);
-        cheat.push_back(!e.static_ok || e.error_category == core::ErrorCategory::reward_hack ? 1 : 0);
+        cheat.push_back(reward::is_static_check_failure(e) ? 1 : 0);
         if (e.correct && e.speedup) speedups.push_back(*e.speedup);
         turn_correct[static_cast<int>(t)].push_back(e.correct ? 1 : 0);
         prompt_tokens.push_back(static_cast<double>(r.turns[t].prompt_tokens.size()));
