@@ -10,7 +10,11 @@
               evaluation one candidate after another, each in a fresh spawned process as
               eval_from_generations' batch_eval does (a pool of one process per candidate,
               KernelBench's 180 s timeout)
-  one         (used by fresh) evaluates one candidate and writes its result as JSON
+  verdicts    not one of KernelBench's configurations but its verdict and speedup on every
+              candidate, in a time one GPU machine can give: KernelBench's parallel CPU build of
+              the whole workload, then evaluation processes run several at a time, taking turns
+              on the GPU (see GpuTurns), each with KernelBench's eval_kernel_against_ref
+  one         (used by fresh and verdicts) evaluates one candidate and writes its result as JSON
   order       prints the sampled order of the workload
   machine     writes the machine description as JSON
 
@@ -93,6 +97,65 @@ def install_build_probe():
 
     cpp_extension.load_inline = timed(cpp_extension.load_inline)
     cpp_extension.load = timed(cpp_extension.load)
+
+
+class GpuTurns:
+    """Lets several KernelBench evaluations share one GPU without touching each other's numbers.
+
+    A process holds an exclusive lock on a file (flock) whenever it may use the GPU, and lets it
+    go only while it does CPU work that needs no GPU: the problem's get_inputs / get_init_inputs
+    (which make KernelBench's inputs on the host, most of its evaluation time on multi-gigabyte
+    problems) and load_custom_model (the build, or loading the pre-built extension). So while
+    one process runs its trials or times its kernel, no other process runs anything on the GPU,
+    and the others make their next inputs meanwhile. The wrappers only pass the calls through:
+    arguments, results, exceptions and the random state are KernelBench's own. Before letting
+    go, the process waits for its GPU work and returns its cached free blocks to the driver, so
+    the processes waiting share the memory."""
+
+    def __init__(self, path):
+        self.file = open(path, "a+")
+        self.wait_s = 0.0
+        self.turns = 0
+
+    def acquire(self):
+        import fcntl
+
+        start = time.time()
+        fcntl.flock(self.file.fileno(), fcntl.LOCK_EX)
+        self.wait_s += time.time() - start
+        self.turns += 1
+
+    def release(self):
+        import fcntl
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
+
+    def off_gpu(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            self.release()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.acquire()
+        return wrapper
+
+    def install(self, kb):
+        """Wraps the CPU-only calls of kb.eval that eval_kernel_against_ref makes."""
+        load_ref = kb.eval.load_original_model_and_inputs
+
+        def load_original_model_and_inputs(*args, **kwargs):
+            model, get_init_inputs, get_inputs = load_ref(*args, **kwargs)
+            return model, self.off_gpu(get_init_inputs), self.off_gpu(get_inputs)
+
+        kb.eval.load_original_model_and_inputs = load_original_model_and_inputs
+        kb.eval.load_custom_model = self.off_gpu(kb.eval.load_custom_model)
 
 
 # Spawned children (KernelBench's process pools) run this file as __mp_main__: they need the same
@@ -231,7 +294,7 @@ def reference_source(checkout, c):
 
 # ---- configurations ---------------------------------------------------------------------------
 
-CURRENT_CHILD = {"pgid": None}
+CHILD_GROUPS = set()  # process groups of the candidate processes running now
 
 
 def own_session_dying_with_parent():
@@ -247,13 +310,68 @@ def own_session_dying_with_parent():
 
 
 def on_term(signum, frame):
-    pgid = CURRENT_CHILD["pgid"]
-    if pgid:
+    for pgid in list(CHILD_GROUPS):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
     sys.exit(128 + signum)
+
+
+class OneProcess:
+    """One candidate evaluated by this file's `one` command in a new python3 process."""
+
+    def __init__(self, args, c, build_dir, results_dir, logs, phase, fresh_build, gpu_lock=""):
+        self.c = c
+        stem = Path(c["file"]).stem
+        self.result_path = Path(results_dir) / (stem + ".json")
+        self.probe = Path(results_dir) / (stem + ".builds.jsonl")
+        self.result_path.parent.mkdir(parents=True, exist_ok=True)
+        if fresh_build:
+            shutil.rmtree(build_dir, ignore_errors=True)  # a fresh build, as in a new RL step
+        for p in (self.result_path, self.probe):
+            if p.exists():
+                p.unlink()
+        env = dict(os.environ, KBT_CHECKOUT=str(Path(args.checkout).resolve()), KBT_COMPILE_LOG=str(self.probe),
+                   KBT_PHASE=phase, PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, str(Path(__file__).resolve()), "one", "--checkout", args.checkout,
+               "--problem-file", c["problem_file"], "--candidate", str(Path(args.workload) / c["file"]),
+               "--build-dir", str(build_dir), "--result", str(self.result_path), "--gpu-arch", args.gpu_arch]
+        if gpu_lock:
+            cmd += ["--gpu-lock", str(gpu_lock)]
+        Path(logs).mkdir(parents=True, exist_ok=True)
+        self.log = open(Path(logs) / (stem + ".log"), "w")
+        self.started = time.time()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=own_session_dying_with_parent)
+        CHILD_GROUPS.add(self.proc.pid)
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+
+    def finish(self, rc):
+        """(result or None, status, payload, build seconds) once the process ended (rc None: killed)."""
+        self.finished = time.time()
+        self.log.close()
+        CHILD_GROUPS.discard(self.proc.pid)
+        builds = build_records(self.probe)
+        compile_s = sum(r["seconds"] for r in builds) if builds else None
+        if rc is None:
+            return None, "timeout", {}, compile_s
+        try:
+            payload = json.loads(self.result_path.read_text())
+        except (OSError, ValueError):
+            payload = {"result": None, "error": "the process exited with {} and wrote no result".format(rc)}
+        result = payload.get("result")
+        if result is None:
+            status = "kernelbench asked for a retry" if payload.get("retry") else "no result: " + str(payload.get("error", ""))[:300]
+        else:
+            status = "done"
+        return result, status, payload, compile_s
 
 
 def meta_record(args, config, order, extra):
@@ -282,53 +400,24 @@ def run_fresh(args):
         if now - t0 >= args.budget:
             stopped = "budget reached"
             break
-        stem = Path(c["file"]).stem
-        build_dir = scratch / "kb_fresh_build" / stem
-        result_path = scratch / "kb_fresh_results" / (stem + ".json")
-        probe = scratch / "kb_fresh_results" / (stem + ".builds.jsonl")
-        result_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(build_dir, ignore_errors=True)  # a fresh build, as in a new RL step
-        for p in (result_path, probe):
-            if p.exists():
-                p.unlink()
-        env = dict(os.environ, KBT_CHECKOUT=str(Path(args.checkout).resolve()), KBT_COMPILE_LOG=str(probe),
-                   KBT_PHASE="fresh", PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "one", "--checkout", args.checkout,
-               "--problem-file", c["problem_file"], "--candidate", str(Path(args.workload) / c["file"]),
-               "--build-dir", str(build_dir), "--result", str(result_path), "--gpu-arch", args.gpu_arch]
         limit = min(args.candidate_cap, hard - now)
-        started = time.time()
-        with open(logs / (stem + ".log"), "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=own_session_dying_with_parent)
-            CURRENT_CHILD["pgid"] = proc.pid
-            try:
-                rc = proc.wait(timeout=max(1.0, limit))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                rc = None
-            CURRENT_CHILD["pgid"] = None
-        finished = time.time()
-        builds = build_records(probe)
-        compile_s = sum(r["seconds"] for r in builds) if builds else None
+        one = OneProcess(args, c, scratch / "kb_fresh_build" / Path(c["file"]).stem, scratch / "kb_fresh_results",
+                         logs, "fresh", fresh_build=True)
+        try:
+            rc = one.proc.wait(timeout=max(1.0, limit))
+        except subprocess.TimeoutExpired:
+            one.kill()
+            rc = None
+        result, status, payload, compile_s = one.finish(rc)
         if rc is None:
             cut = limit < args.candidate_cap
             status = "cut at the configuration's time limit" if cut else "timeout"
-            out.write(candidate_record(c, started, finished, None, status, compile_s, {"index": i}))
+            out.write(candidate_record(c, one.started, one.finished, None, status, compile_s, {"index": i}))
             if cut:
                 stopped = "time limit reached during a candidate"
                 break
             continue
-        try:
-            payload = json.loads(result_path.read_text())
-        except (OSError, ValueError):
-            payload = {"result": None, "error": "the process exited with {} and wrote no result".format(rc)}
-        result = payload.get("result")
-        if result is None:
-            status = "kernelbench asked for a retry" if payload.get("retry") else "no result: " + str(payload.get("error", ""))[:300]
-        else:
-            status = "done"
-        out.write(candidate_record(c, started, finished, result, status, compile_s,
+        out.write(candidate_record(c, one.started, one.finished, result, status, compile_s,
                                    {"index": i, "exit_code": rc, "kernelbench_import": payload.get("kernelbench_import")}))
     out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0, "stopped": stopped})
     return 0
@@ -343,7 +432,18 @@ def run_one(args):
         kb.utils.set_gpu_arch([args.gpu_arch])
         ref_src = (Path(args.checkout) / "KernelBench" / args.problem_file).read_text()
         kernel_src = Path(args.candidate).read_text()
-        result = evaluate_candidate(ref_src, kernel_src, args.build_dir)
+        turns = None
+        if args.gpu_lock:
+            turns = GpuTurns(args.gpu_lock)
+            turns.install(kb)
+            turns.acquire()
+        try:
+            result = evaluate_candidate(ref_src, kernel_src, args.build_dir)
+        finally:
+            if turns:
+                turns.release()
+                payload["gpu_wait_s"] = turns.wait_s
+                payload["gpu_turns"] = turns.turns
         payload["result"] = result
         payload["retry"] = result is None
     except BaseException as e:  # the runner's own failure, not the candidate's: reported as such
@@ -358,12 +458,12 @@ def evaluate_in_pool(ref_src, kernel_src, build_dir):
     return evaluate_candidate(ref_src, kernel_src, build_dir)
 
 
-def run_precompile(args):
+def batch_compile_phase(args, chosen, out):
+    """KernelBench's batch_compile of `chosen` (as eval_from_generations runs it with
+    build_cache=True) in a clean scratch folder; writes the phase record and returns
+    (build folder of a candidate, build seconds per build folder, start time, probe path)."""
     import multiprocessing as mp
 
-    order = sample_order(load_workload(args.workload), args.seed)
-    count = min(len(order), args.precompile_count or args.workers)
-    chosen = order[:count]
     scratch = Path(args.scratch)
     runs_dir = scratch / "kb_runs"
     run_name = "eval_throughput"
@@ -378,9 +478,6 @@ def run_precompile(args):
         probe.unlink()
     os.environ.update(KBT_CHECKOUT=str(Path(args.checkout).resolve()), KBT_COMPILE_LOG=str(probe),
                       KBT_PHASE="precompile")
-    out = Output(args.out)
-    out.write(meta_record(args, "kb-precompile", order, {"workers": args.workers, "kb_timeout_s": args.kb_timeout,
-                                                          "precompiled": [c["file"] for c in chosen]}))
     if mp.get_start_method(allow_none=True) is None:
         mp.set_start_method("spawn")  # as eval_from_generations.main does
     kb = setup_kernelbench()
@@ -391,13 +488,11 @@ def run_precompile(args):
         "num_cpu_workers": args.workers, "timeout": args.kb_timeout, "verbose": False,
     }
     t0 = time.time()
-    hard = t0 + args.budget + args.grace
     work = [(c["problem"], c["sample"]) for c in chosen]
     compiled = kb.compile.batch_compile(work, config)
     t1 = time.time()
-    builds = build_records(probe, "precompile")
     per_dir = {}
-    for r in builds:
+    for r in build_records(probe, "precompile"):
         per_dir.setdefault(r["extensions_dir"], []).append(r["seconds"])
 
     def build_dir_of(c):
@@ -410,6 +505,20 @@ def run_precompile(args):
                              for c in chosen},
                # more than one: batch_compile passed its timeout and built the candidate again
                "builds": {c["file"]: len(per_dir.get(build_dir_of(c), [])) for c in chosen}})
+    return build_dir_of, per_dir, t0, probe
+
+
+def run_precompile(args):
+    import multiprocessing as mp
+
+    order = sample_order(load_workload(args.workload), args.seed)
+    count = min(len(order), args.precompile_count or args.workers)
+    chosen = order[:count]
+    out = Output(args.out)
+    out.write(meta_record(args, "kb-precompile", order, {"workers": args.workers, "kb_timeout_s": args.kb_timeout,
+                                                          "precompiled": [c["file"] for c in chosen]}))
+    build_dir_of, per_dir, t0, probe = batch_compile_phase(args, chosen, out)
+    hard = t0 + args.budget + args.grace
     stopped = "all precompiled candidates done"
     for i, c in enumerate(chosen):
         now = time.time()
@@ -417,7 +526,7 @@ def run_precompile(args):
             stopped = "budget reached"
             break
         ref_src = reference_source(args.checkout, c)
-        kernel_src = (run_dir / c["file"]).read_text()
+        kernel_src = (Path(args.workload) / c["file"]).read_text()
         limit = min(args.kb_timeout, hard - now)
         started = time.time()
         result, status = None, "done"
@@ -447,6 +556,130 @@ def run_precompile(args):
             stopped = "time limit reached during a candidate"
             break
     out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0, "stopped": stopped})
+    return 0
+
+
+def input_bytes(checkout, problem_file):
+    """Bytes of a problem's get_inputs(), from the shapes it makes on torch's meta device (nothing
+    is allocated); None when that fails."""
+    import torch
+
+    path = Path(checkout) / "KernelBench" / problem_file
+    namespace = {"__name__": "kbt_problem"}
+    try:
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        with torch.device("meta"):
+            inputs = namespace["get_inputs"]()
+        return sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    except Exception:
+        return None
+
+
+def gpu_memory_bytes():
+    try:
+        mib = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout.split()[0]
+        return float(mib) * 2**20
+    except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def out_of_memory(result, log_path):
+    text = json.dumps(result or {}).lower()
+    try:
+        text += Path(log_path).read_text(errors="replace")[-20000:].lower()
+    except OSError:
+        pass
+    return "out of memory" in text
+
+
+def run_verdicts(args):
+    """KernelBench's verdict and speedup for every candidate of the workload. Not a configuration
+    people run (its throughput is not compared): KernelBench's parallel build of all candidates,
+    then up to --concurrency evaluation processes at once, each KernelBench's
+    eval_kernel_against_ref in a new process on the pre-built candidate, taking turns on the GPU
+    (GpuTurns), so that each one's trials and timings run alone on the GPU while the others make
+    their inputs on the CPU. A process starts only while the planned GPU memory of those running
+    (3x the problem's inputs + 1 GiB each: inputs and two outputs kept between trials), plus the
+    largest inputs again for the one on the GPU, fits in --gpu-memory-gib. A candidate whose
+    evaluation ran out of GPU memory is evaluated again alone at the end, and both results kept."""
+    candidates = sorted(load_workload(args.workload), key=lambda c: (c["problem"], c["sample"]))
+    out = Output(args.out)
+    budget = args.gpu_memory_gib * 2**30 if args.gpu_memory_gib > 0 else 0.85 * (gpu_memory_bytes() or 0)
+    if budget <= 0:
+        raise SystemExit("cannot tell the GPU's memory from nvidia-smi: pass --gpu-memory-gib")
+    sizes = {}
+    for c in candidates:
+        if c["problem_file"] not in sizes:
+            sizes[c["problem_file"]] = input_bytes(args.checkout, c["problem_file"])
+    largest = max([v for v in sizes.values() if v] or [0])
+
+    def planned(c):
+        size = sizes.get(c["problem_file"])
+        return 3 * size + 2**30 if size is not None else budget / 2
+
+    out.write(meta_record(args, "kb-verdicts", candidates, {
+        "workers": args.workers, "kb_timeout_s": args.kb_timeout, "concurrency": args.concurrency,
+        "gpu_memory_budget_gib": budget / 2**30, "input_gib": {k: v and v / 2**30 for k, v in sizes.items()},
+        "candidate_cap_s": args.candidate_cap}))
+    build_dir_of, per_dir, t0, _ = batch_compile_phase(args, candidates, out)
+    print("[verdicts] built {} candidates in {:.0f} s".format(len(candidates), time.time() - t0), flush=True)
+
+    scratch, logs = Path(args.scratch), Path(args.logs)
+    lock = scratch / "gpu-turns.lock"
+    lock.touch()
+    queue, alone, running, finished = list(candidates), [], [], 0
+
+    def precompile_s(c):
+        return sum(per_dir[build_dir_of(c)]) if build_dir_of(c) in per_dir else None
+
+    def record(one, rc, retry_of=None):
+        result, status, payload, eval_build_s = one.finish(rc)
+        wait = payload.get("gpu_wait_s")
+        extra = {"eval_build_s": eval_build_s, "gpu_wait_s": wait, "gpu_turns": payload.get("gpu_turns"),
+                 "active_s": one.finished - one.started - (wait or 0.0), "concurrent": len(running) + 1,
+                 "kernelbench_import": payload.get("kernelbench_import")}
+        if retry_of:
+            extra["retry_of"] = retry_of
+        out.write(candidate_record(one.c, one.started, one.finished, result, status, precompile_s(one.c), extra))
+        return result, status
+
+    while queue or running:
+        # Start what fits, in the workload's order; alone-runs only when nothing else runs.
+        while queue and len(running) < args.concurrency:
+            c = queue[0]
+            need = sum(planned(r.c) for r in running) + planned(c) + largest
+            if running and need > budget:
+                break
+            queue.pop(0)
+            running.append(OneProcess(args, c, build_dir_of(c), scratch / "kb_verdict_results", logs, "eval",
+                                      fresh_build=False, gpu_lock=lock))
+        time.sleep(0.5)
+        for one in list(running):
+            rc = one.proc.poll()
+            if rc is None and time.time() - one.started > args.candidate_cap:
+                one.kill()
+            elif rc is None:
+                continue
+            running.remove(one)
+            result, status = record(one, rc)
+            finished += 1
+            if status == "done" and out_of_memory(result, logs / (Path(one.c["file"]).stem + ".log")):
+                alone.append(one.c)
+            print("[verdicts] {}/{} {} {} ({:.0f} s)".format(finished, len(candidates), one.c["file"], status,
+                                                            one.finished - one.started), flush=True)
+    for c in alone:  # out of memory beside others: again with the GPU to itself
+        one = OneProcess(args, c, build_dir_of(c), scratch / "kb_verdict_results_alone", logs / "alone", "eval",
+                         fresh_build=False, gpu_lock=lock)
+        try:
+            rc = one.proc.wait(timeout=args.candidate_cap)
+        except subprocess.TimeoutExpired:
+            one.kill()
+            rc = None
+        record(one, rc, retry_of="out of memory beside other evaluations")
+        print("[verdicts] again alone: {}".format(c["file"]), flush=True)
+    out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0,
+               "stopped": "all candidates done", "retried_alone": [c["file"] for c in alone]})
     return 0
 
 
@@ -523,6 +756,16 @@ def main():
     p.add_argument("--build-dir", required=True)
     p.add_argument("--result", required=True)
     p.add_argument("--gpu-arch", required=True)
+    p.add_argument("--gpu-lock", default="", help="take turns on the GPU with other processes through this lock file")
+    p = sub.add_parser("verdicts")
+    common(p)
+    p.add_argument("--workers", type=int, default=os.cpu_count(), help="batch_compile's CPU workers")
+    p.add_argument("--kb-timeout", type=float, default=KB_TIMEOUT_S, help="batch_compile's per-build timeout")
+    p.add_argument("--concurrency", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
+                   help="evaluation processes at most at once")
+    p.add_argument("--gpu-memory-gib", type=float, default=0.0,
+                   help="GPU memory the processes may plan on (default: 85%% of nvidia-smi's total)")
+    p.add_argument("--candidate-cap", type=float, default=1800, help="seconds one candidate's process may take")
     p = sub.add_parser("order")
     p.add_argument("--workload", default=str(HERE / "workload"))
     p.add_argument("--seed", type=int, default=1)
@@ -546,7 +789,7 @@ def main():
     args.gpu_arch = args.gpu_arch or gpu_arch_from_nvidia_smi()
     if not args.gpu_arch:
         raise SystemExit("cannot tell the GPU's architecture from nvidia-smi: pass --gpu-arch (e.g. Hopper)")
-    return run_fresh(args) if args.command == "fresh" else run_precompile(args)
+    return {"fresh": run_fresh, "precompile": run_precompile, "verdicts": run_verdicts}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,18 @@
 #   kb-fresh       KernelBench: a fresh python3 process per candidate, one after another
 #   kb-precompile  KernelBench: its parallel CPU build (batch_compile, KBT_WORKERS workers), then
 #                  GPU evaluation one candidate after another
+#   kb-verdicts    KernelBench's verdict and speedup on every candidate (not compared on throughput):
+#                  batch_compile of all, then evaluations KBT_CONCURRENCY at a time taking turns on
+#                  the GPU; about 25 minutes on one GPU, so run it with KBT_DEADLINE=0 in the
+#                  background (setsid) and poll <scratch>/logs/kb-verdicts.log
 #   build          configure and build kbrl-eval (the cuda preset)
 #   kbrl           kbrl-eval on the whole workload: a fresh --work-dir (cold caches), --gpus 0
 # A command on the GPU machine may run 9.5 minutes, so the script stops itself after KBT_DEADLINE
 # seconds (default 560; 0: no limit): each configuration gets at most what is left, and whatever
 # finished is summarized. All four do not fit in one such command: see docs/performance.md.
 #
-# Environment: KBT_GRACE (60), KBT_SEED (1), KBT_WORKERS (nproc), KBT_KBRL_LIMIT (540 s),
+# Environment: KBT_GRACE (60), KBT_SEED (1), KBT_WORKERS (nproc), KBT_CONCURRENCY (kb-verdicts'
+# evaluation processes at once; default nproc - 2, at most 12), KBT_KBRL_LIMIT (540 s),
 # KBT_DEADLINE (560 s), KBT_SCRATCH (builds and work dirs; default a new folder under $TMPDIR),
 # KBRL_EVAL (a kbrl-eval to use instead of build/cuda/apps/kbrl-eval), KBT_WHEELS (a folder of
 # wheels, e.g. pydantic's, installed with pip --no-index into the scratch folder for KernelBench).
@@ -139,6 +144,31 @@ run_kernelbench() {
   note "$name: exit $rc, ${n:-0} candidate records"
 }
 
+run_verdicts() {
+  local limit=0 left
+  if (( deadline > 0 )); then
+    left=$(remaining)
+    if (( left < 120 )); then
+      note "kb-verdicts skipped: $left s left before the deadline"
+      return
+    fi
+    limit=$left
+  fi
+  rm -f "$out/kb-verdicts.jsonl"
+  rm -rf "$scratch/kb-verdicts"
+  note "kb-verdicts: every candidate${KBT_CONCURRENCY:+, $KBT_CONCURRENCY at a time}$( (( limit > 0 )) && echo ", limit $limit s")"
+  start_gpu_sampler kb-verdicts
+  local extra=()
+  [[ -n "${KBT_CONCURRENCY:-}" ]] && extra=(--concurrency "$KBT_CONCURRENCY")
+  timeout --kill-after=15 "$limit" "${kb_env[@]}" "$python" "$here/kb_runner.py" verdicts \
+    --checkout "$kb" --workload "$workload" --seed "$seed" --scratch "$scratch/kb-verdicts" \
+    --out "$out/kb-verdicts.jsonl" --logs "$logs/kb-verdicts" --workers "$workers" "${extra[@]}" \
+    > "$logs/kb-verdicts.log" 2>&1
+  local rc=$?
+  stop_gpu_sampler kb-verdicts
+  note "kb-verdicts: exit $rc, $(grep -c '"type": "candidate"' "$out/kb-verdicts.jsonl" 2> /dev/null || echo 0) candidate records"
+}
+
 run_build() {
   local left; left=$(remaining)
   if [[ -n "${KBRL_EVAL:-}" ]]; then
@@ -193,8 +223,9 @@ for c in "${config_list[@]}"; do
   case "$c" in
     kb-fresh) run_kernelbench kb-fresh fresh ;;
     kb-precompile) run_kernelbench kb-precompile precompile ;;
+    kb-verdicts) run_verdicts ;;
     build) run_build ;;
     kbrl) run_kbrl ;;
-    *) note "unknown configuration '$c' (kb-fresh, kb-precompile, build, kbrl)" ;;
+    *) note "unknown configuration '$c' (kb-fresh, kb-precompile, kb-verdicts, build, kbrl)" ;;
   esac
 done

@@ -14,6 +14,8 @@ Candidates per minute:
                  time + its size x the mean GPU-evaluation wall time of the candidates evaluated);
                  the plain measured rate is reported beside it
   kbrl           candidates evaluated / kbrl-eval's wall time
+kb-verdicts (KernelBench's verdict and speedup on every candidate, several evaluations at once
+taking turns on the GPU) is compared on verdicts and speedups only, not on throughput.
 """
 import argparse
 import json
@@ -22,10 +24,12 @@ import statistics
 import sys
 from pathlib import Path
 
-CONFIGS = ("kb-fresh", "kb-precompile", "kbrl")
+CONFIGS = ("kb-fresh", "kb-precompile", "kb-verdicts", "kbrl")
+KB_THROUGHPUT = ("kb-fresh", "kb-precompile")  # the ways people run KernelBench: compared with kbrl-eval
 TITLES = {
     "kb-fresh": "KernelBench, a fresh process per candidate",
     "kb-precompile": "KernelBench, parallel CPU pre-compile, then GPU evaluation",
+    "kb-verdicts": "KernelBench on every candidate (verdicts and speedups; evaluations taking turns on the GPU)",
     "kbrl": "kbrl-eval",
 }
 
@@ -141,6 +145,19 @@ def summarize_config(name, data):
             s["eval_phase_build_s_median"] = percentile(rebuilt, 0.5)
         if not walls:
             s["per_minute"] = None
+    elif name == "kb-verdicts":
+        phase = next((p for p in data["phases"] if p.get("name") == "compile"), None)
+        compile_s = [v for v in (phase or {}).get("compile_s", {}).values() if v is not None]
+        if phase:
+            s["precompiled"] = len(phase.get("candidates", []))
+            s["precompile_wall_s"] = phase["wall_s"]
+            s["precompile_ok"] = sum(1 for ok in phase.get("compiled", {}).values() if ok)
+            s["rebuilt_after_timeout"] = sorted(f for f, n in phase.get("builds", {}).items() if n > 1)
+        s["per_minute"] = None  # not one of KernelBench's configurations: no throughput compared
+        s["retried_alone"] = (data["end"] or {}).get("retried_alone", [])
+        active = [c["active_s"] for c in evaluated if c.get("active_s") is not None]
+        s["active_s_max"] = max(active) if active else None
+        s["over_kernelbench_timeout"] = sorted(c["file"] for c in evaluated if (c.get("active_s") or 0) > 180)
     else:
         compile_s = [c["compile_s"] for c in evaluated if c.get("compile_s") is not None]
         wall = s.get("wall_s")
@@ -211,8 +228,9 @@ def main():
     for name in configs:
         for c in configs[name]["candidates"]:
             c.setdefault("kind", workload.get(c.get("file"), {}).get("kind"))
-    kb_names = [n for n in ("kb-fresh", "kb-precompile") if n in by_file]
-    best = max((summaries[n] for n in kb_names if summaries[n].get("per_minute")), key=lambda s: s["per_minute"], default=None)
+    kb_names = [n for n in ("kb-fresh", "kb-precompile", "kb-verdicts") if n in by_file]
+    best = max((summaries[n] for n in KB_THROUGHPUT if n in summaries and summaries[n].get("per_minute")),
+               key=lambda s: s["per_minute"], default=None)
     ratio = None
     if best and "kbrl" in summaries and summaries["kbrl"].get("per_minute"):
         ratio = summaries["kbrl"]["per_minute"] / best["per_minute"]
@@ -282,6 +300,10 @@ def main():
         if name == "kb-precompile" and s.get("precompiled") is not None:
             evaluated += " (of {} pre-compiled, {} built)".format(s["precompiled"], s.get("precompile_ok"))
             per_min += " (projected; measured {})".format(fmt(s.get("measured_per_minute")))
+        if name == "kb-verdicts":
+            per_min = "not compared"
+            if s.get("precompiled") is not None:
+                evaluated += " (of {} pre-compiled, {} built)".format(s["precompiled"], s.get("precompile_ok"))
         if name == "kb-fresh" and s.get("candidate_wall_s"):
             per_min += " (from {:.0f} s of candidate processes)".format(s["candidate_wall_s"])
         gpu = s.get("gpu")
@@ -300,6 +322,12 @@ def main():
             md.append("- {}: not counted: {}".format(name, ", ".join("{} ({})".format(x["file"], x["status"]) for x in s["not_evaluated"])))
         if s.get("stopped"):
             md.append("- {}: {}".format(name, s["stopped"]))
+        if s.get("retried_alone"):
+            md.append("- {}: out of GPU memory beside other evaluations, evaluated again alone (the second result "
+                      "counts): {}".format(name, ", ".join(s["retried_alone"])))
+        if s.get("over_kernelbench_timeout"):
+            md.append("- {}: took more than KernelBench's 180 s evaluation timeout on their own (batch_eval would "
+                      "record them as failed): {}".format(name, ", ".join(s["over_kernelbench_timeout"])))
         if s.get("rebuilt_after_timeout"):
             md.append("- {}: batch_compile passed its timeout and built again: {}".format(
                 name, ", ".join(s["rebuilt_after_timeout"])))

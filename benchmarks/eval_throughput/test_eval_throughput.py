@@ -203,8 +203,22 @@ def test_summarize():
         (a / "gpu.csv").write_text("kb-fresh,t, 0\nkb-fresh,t, 0\nkb-fresh,t, 50\nkb-fresh,t, 0\n"
                                    "kb-precompile,t, 10\nkb-precompile,t, [N/A]\n")
         (b / "gpu.csv").write_text("kbrl,t, 90\nkbrl,t, 0\nkbrl,t, 100\nkbrl,t, 100\n")
+        c_dir = Path(tmp) / "run c"
+        c_dir.mkdir()
+        (c_dir / "machine.json").write_text(json.dumps(machine))
+        # Every candidate; f3 ran out of memory beside others and was evaluated again alone.
+        write_jsonl(c_dir / "kb-verdicts.jsonl", [
+            {"type": "meta", "config": "kb-verdicts", "started": 0.0},
+            {"type": "phase", "name": "compile", "wall_s": 300.0, "candidates": [f0, f1, f2, f3],
+             "compiled": {f0: True, f1: False, f2: True, f3: True}, "compile_s": {f0: 80.0, f1: 60.0, f2: 90.0, f3: 100.0}},
+            dict(cand(f0, "as_is", 400.0, True, True, speedup=2.0), active_s=120.0),
+            dict(cand(f1, "compile_error", 90.0, False, False), active_s=90.0),
+            dict(cand(f2, "wrong", 300.0, True, False), active_s=200.0),
+            dict(cand(f3, "variant", 50.0, True, False), active_s=50.0),
+            dict(cand(f3, "variant", 50.0, True, True, speedup=1.0), active_s=40.0, retry_of="out of memory"),
+            {"type": "end", "finished": 900.0, "wall_s": 900.0, "stopped": "all candidates done", "retried_alone": [f3]}])
         out = Path(tmp) / "results.md"
-        res = subprocess.run([sys.executable, str(HERE / "summarize.py"), "-o", str(out), str(a), str(b)],
+        res = subprocess.run([sys.executable, str(HERE / "summarize.py"), "-o", str(out), str(a), str(b), str(c_dir)],
                              capture_output=True, text=True)
         check(res.returncode == 0, "summarize.py runs: " + res.stderr[-2000:])
         if res.returncode != 0:
@@ -230,10 +244,16 @@ def test_summarize():
         check(close(r["ratio_kbrl_to_best_kernelbench"], 2.0 / best), "kbrl over the best KernelBench configuration")
         check(r["disagreements"] == [f2] and r["unexpected_verdicts"] == [f2], "the planted disagreement is flagged")
         agree = [v["file"] for v in r["verdicts"] if v["agree"]]
-        check(sorted(agree) == sorted([f0, f1]), "the other verdicts agree: {}".format(agree))
-        check(len(r["verdicts"]) == 3, "verdicts of the three candidates KernelBench evaluated")
+        check(sorted(agree) == sorted([f0, f1, f3]), "the other verdicts agree: {}".format(agree))
+        check(len(r["verdicts"]) == 4, "verdicts of the four candidates KernelBench evaluated (kb-verdicts has all)")
+        v3 = next(v for v in r["verdicts"] if v["file"] == f3)
+        check(v3["kernelbench"]["kb-verdicts"] == "correct" and v3["agree"], "the alone re-run's verdict counts")
+        check(s["kb-verdicts"]["per_minute"] is None, "kb-verdicts has no throughput")
+        check(s["kb-verdicts"]["over_kernelbench_timeout"] == [f2], "kb-verdicts: over 180 s on its own")
+        check(s["kb-verdicts"]["retried_alone"] == [f3], "kb-verdicts: retried alone")
         speeds = {(x["file"], x["config"]): x for x in r["speedups"]}
-        check(set(speeds) == {(f0, "kb-fresh"), (f0, "kb-precompile")}, "speedups of candidates correct in both")
+        check(set(speeds) == {(f0, "kb-fresh"), (f0, "kb-precompile"), (f0, "kb-verdicts"), (f3, "kb-verdicts")},
+              "speedups of candidates correct in both: {}".format(sorted(speeds)))
         band = 2 * math.sqrt(4 * 0.01 ** 2)
         check(close(speeds[(f0, "kb-fresh")]["band"], band) and speeds[(f0, "kb-fresh")]["within"] is True,
               "equal speedups are within the band")
@@ -243,8 +263,78 @@ def test_summarize():
         check("Same machine (boot) for every folder: yes" in md, "one boot id over both folders")
 
 
+TURNS_CHILD = r"""
+import json, sys, time, types
+sys.path.insert(0, sys.argv[1])
+import kb_runner
+
+log = open(sys.argv[2], "a")
+name = sys.argv[3]
+
+def mark(what, start):
+    log.write(json.dumps({"who": name, "what": what, "start": start, "end": time.time()}) + "\n")
+    log.flush()
+
+def get_inputs(scale):
+    start = time.time()
+    time.sleep(0.4)  # the host-side input generation
+    mark("cpu", start)
+    return [scale]
+
+def get_init_inputs():
+    raise ValueError("no init inputs " + name)
+
+def load_original_model_and_inputs(src, context):
+    return "Model", get_init_inputs, get_inputs
+
+kb = types.SimpleNamespace(eval=types.SimpleNamespace(load_original_model_and_inputs=load_original_model_and_inputs,
+                                                      load_custom_model=lambda src, ctx, d: "ModelNew"))
+turns = kb_runner.GpuTurns(sys.argv[4])
+turns.install(kb)
+model, init, inputs = kb.eval.load_original_model_and_inputs("src", {})
+turns.acquire()
+try:
+    init()
+except ValueError as e:
+    assert str(e) == "no init inputs " + name, e
+for trial in range(3):
+    start = time.time()
+    time.sleep(0.3)  # a trial on the GPU
+    mark("gpu", start)
+    assert inputs(trial) == [trial]
+assert kb.eval.load_custom_model("s", {}, "d") == "ModelNew"
+turns.release()
+print(json.dumps({"wait_s": turns.wait_s, "turns": turns.turns}))
+"""
+
+
+def test_gpu_turns():
+    """Two processes taking turns: their GPU phases never overlap, their CPU phases run meanwhile,
+    and the wrapped calls pass results and exceptions through."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log, lock = Path(tmp) / "phases.jsonl", Path(tmp) / "gpu.lock"
+        lock.touch()
+        procs = [subprocess.Popen([sys.executable, "-c", TURNS_CHILD, str(HERE), str(log), who, str(lock)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for who in ("a", "b")]
+        outs = [p.communicate(timeout=60) for p in procs]
+        for p, (o, e) in zip(procs, outs):
+            check(p.returncode == 0, "a GpuTurns child ran: " + e[-2000:])
+        if any(p.returncode for p in procs):
+            return
+        phases = [json.loads(line) for line in log.read_text().splitlines()]
+        gpu = sorted((x for x in phases if x["what"] == "gpu"), key=lambda x: x["start"])
+        check(len(gpu) == 6, "six GPU phases")
+        check(all(x["end"] <= y["start"] + 1e-3 for x, y in zip(gpu, gpu[1:])), "no two GPU phases overlap")
+        cpu = [x for x in phases if x["what"] == "cpu"]
+        overlapping = [c for c in cpu for g in gpu if g["who"] != c["who"] and c["start"] < g["end"] and g["start"] < c["end"]]
+        check(len(overlapping) >= 2, "input generation runs while the other process has the GPU")
+        stats = [json.loads(o) for o, _ in outs]
+        check(all(x["turns"] == 6 for x in stats), "a turn at the start and after each of five CPU calls: {}".format(stats))
+        check(max(x["wait_s"] for x in stats) > 0.1, "one of the processes waited for its turn")
+
+
 def main():
-    tests = (test_sample_order, test_arch_names, test_kb_import, test_summarize)
+    tests = (test_sample_order, test_arch_names, test_kb_import, test_gpu_turns, test_summarize)
     failed_tests = 0
     for test in tests:
         before = len(FAILED)
