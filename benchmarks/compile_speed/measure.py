@@ -2,7 +2,7 @@
 """Compile time of a trivial candidate with each compile acceleration on and off.
 
 Drives kbrl_worker.py's compile stage directly, as LocalEvaluator does (one long-lived worker,
-one forked child per build, a fresh build directory per build, MAX_JOBS=1 like its compile
+one forked child per build, a fresh build directory per build, MAX_JOBS=2 like its compile
 lanes unless --max-jobs says otherwise), for a trivial elementwise CUDA candidate and a trivial
 CPU `cpp` candidate, under four settings: plain, pch, light (light_headers), both. Each setting
 starts from an empty cache directory, as a new work directory would: with pch, the first build
@@ -12,7 +12,7 @@ flag set before. --parallel N then starts N builds at once per setting (steady s
 compile lanes of a busy evaluator do.
 
 usage: measure.py [--reps 4] [--languages cuda,cpp] [--settings plain,both,pch,light]
-                  [--parallel N] [--max-jobs 1] [--arch 9.0] [--work DIR] [--out FILE] [CANDIDATE.py...]
+                  [--parallel N] [--max-jobs 2] [--arch 9.0] [--work DIR] [--out FILE] [CANDIDATE.py...]
 Prints markdown tables, rewritten after every row to --out and to $OUT/compile_speed.md when
 OUT is set, so a run cut short keeps what it measured.
 """
@@ -167,7 +167,7 @@ def main():
     parser.add_argument("--languages", default="cuda,cpp")
     parser.add_argument("--settings", default="plain,both,pch,light")
     parser.add_argument("--parallel", type=int, default=0, help="then N builds at once per setting (0: none)")
-    parser.add_argument("--max-jobs", default="1", help="MAX_JOBS for ninja (default 1, as the evaluator's compile lanes)")
+    parser.add_argument("--max-jobs", default="2", help="MAX_JOBS for ninja (default 2, as the evaluator's compile lanes)")
     parser.add_argument("--arch", default="", help="TORCH_CUDA_ARCH_LIST (default: the GPU's, else 9.0)")
     parser.add_argument("--work", default="", help="scratch directory (default: a new temporary one, removed after)")
     parser.add_argument("--cache", default="", help="one cache directory per setting for all candidates (default: "

@@ -6,7 +6,7 @@
 #
 # Needs python3 with torch (KBRL_PYTHON picks another interpreter), ninja and g++, and nvcc for
 # the CUDA candidate (no GPU: only the compile stage runs). Builds run as the evaluator's compile
-# lanes run them (MAX_JOBS=1): first one at a time, then one per core at once. Prints markdown
+# lanes run them (MAX_JOBS=2: the binding file and the .cu side by side): first one at a time, then one per core at once. Prints markdown
 # tables; with OUT set, writes $OUT/compile_speed.md (rewritten after every row, so a run cut
 # short keeps what it measured) and $OUT/compile_speed.log.
 #
