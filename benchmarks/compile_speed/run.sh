@@ -6,8 +6,8 @@
 #
 # Needs python3 with torch (KBRL_PYTHON picks another interpreter), ninja and g++, and nvcc for
 # the CUDA candidate (no GPU: only the compile stage runs). Builds run as the evaluator's compile
-# lanes run them (MAX_JOBS=2: the binding file and the .cu side by side): first one at a time, then one per core at once. Prints markdown
-# tables; with OUT set, writes $OUT/compile_speed.md (rewritten after every row, so a run cut
+# lanes run them (MAX_JOBS=2: the binding file and the .cu side by side): first one at a time,
+# then one per core at once. Prints markdown tables; with OUT set, writes $OUT/compile_speed.md (rewritten after every row, so a run cut
 # short keeps what it measured) and $OUT/compile_speed.log.
 #
 # The whole default run takes about 15 minutes on a 16-core H100 host (the CUDA builds without

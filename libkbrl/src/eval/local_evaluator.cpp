@@ -300,8 +300,8 @@ struct LocalEvaluator::Impl {
       lane->compile = true;
       lane->device = "cpu";
       if (gpu) lane->env[visible] = "";  // compiling never touches a GPU
-      // A load_inline build has at most two compiles that can run at once, the binding file and
-      // the .cu: side by side, the build takes as long as the .cu alone. The CPU work is the same.
+      // A load_inline build compiles two files, the binding file and the .cu: side by side, the
+      // build takes about as long as the .cu alone. The CPU work is the same.
       lane->env["MAX_JOBS"] = "2";
       lanes.push_back(std::move(lane));
     }
