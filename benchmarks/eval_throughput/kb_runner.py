@@ -760,7 +760,9 @@ def main():
     p = sub.add_parser("verdicts")
     common(p)
     p.add_argument("--workers", type=int, default=os.cpu_count(), help="batch_compile's CPU workers")
-    p.add_argument("--kb-timeout", type=float, default=KB_TIMEOUT_S, help="batch_compile's per-build timeout")
+    p.add_argument("--kb-timeout", type=float, default=1200,
+                   help="batch_compile's per-build timeout (default 1200: not compared on throughput, and "
+                        "KernelBench's own 180 s deletes folders that slow builds are still using)")
     p.add_argument("--concurrency", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                    help="evaluation processes at most at once")
     p.add_argument("--gpu-memory-gib", type=float, default=0.0,

@@ -23,7 +23,8 @@
 # finished is summarized. All four do not fit in one such command: see docs/performance.md.
 #
 # Environment: KBT_GRACE (60), KBT_SEED (1), KBT_WORKERS (nproc), KBT_CONCURRENCY (kb-verdicts'
-# evaluation processes at once; default nproc - 2, at most 12), KBT_KBRL_LIMIT (540 s),
+# evaluation processes at once; default nproc - 2, at most 12), KBT_KB_TIMEOUT (kb-verdicts'
+# batch_compile timeout per build; default 1200 s), KBT_KBRL_LIMIT (540 s),
 # KBT_DEADLINE (560 s), KBT_SCRATCH (builds and work dirs; default a new folder under $TMPDIR),
 # KBRL_EVAL (a kbrl-eval to use instead of build/cuda/apps/kbrl-eval), KBT_WHEELS (a folder of
 # wheels, e.g. pydantic's, installed with pip --no-index into the scratch folder for KernelBench).
@@ -160,6 +161,7 @@ run_verdicts() {
   start_gpu_sampler kb-verdicts
   local extra=()
   [[ -n "${KBT_CONCURRENCY:-}" ]] && extra=(--concurrency "$KBT_CONCURRENCY")
+  [[ -n "${KBT_KB_TIMEOUT:-}" ]] && extra+=(--kb-timeout "$KBT_KB_TIMEOUT")
   timeout --kill-after=15 "$limit" "${kb_env[@]}" "$python" "$here/kb_runner.py" verdicts \
     --checkout "$kb" --workload "$workload" --seed "$seed" --scratch "$scratch/kb-verdicts" \
     --out "$out/kb-verdicts.jsonl" --logs "$logs/kb-verdicts" --workers "$workers" "${extra[@]}" \
