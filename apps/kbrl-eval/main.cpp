@@ -86,6 +86,7 @@ options:
   --no-baseline-cache        time every reference again instead of reusing the work dir's timings
   --no-compile-pch           compile the binding file without a precompiled torch/extension.h
   --no-light-headers         compile CUDA sources against torch's full headers at once
+  --no-parallel-passes       run nvcc's host and device passes one after the other (as nvcc does)
   --python PATH              interpreter with torch for the workers
   --summary-json FILE        also write the summary here
 )";
@@ -97,9 +98,10 @@ const std::set<std::string> kOptions = {"problems", "level", "run", "problem", "
                                         "adapter", "samples", "max-tokens", "temperature", "top-p", "top-k",
                                         "sample-seed", "chat-template", "model-device", "model-dtype",
                                         "tensorboard", "step"};
-const std::set<std::string> kFlags = {"no-timing",          "no-static-check",   "no-input-families",
-                                      "kernelbench-inputs", "no-baseline-cache", "no-compile-pch",
-                                      "no-light-headers",   "no-one-shot",       "help"};
+const std::set<std::string> kFlags = {"no-timing",          "no-static-check",    "no-input-families",
+                                      "kernelbench-inputs", "no-baseline-cache",  "no-compile-pch",
+                                      "no-light-headers",   "no-parallel-passes", "no-one-shot",
+                                      "help"};
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted = true; }
@@ -123,6 +125,7 @@ eval::LocalEvaluatorConfig evaluator_config(const apps::Args& args) {
   c.baseline_cache = !args.flag("no-baseline-cache");
   c.compile_pch = !args.flag("no-compile-pch");
   c.compile_light_headers = !args.flag("no-light-headers");
+  c.compile_parallel_passes = !args.flag("no-parallel-passes");
   if (auto f = args.optional("static-config")) c.static_check_severity = eval::load_static_check_config(*f).severity;
   const std::string sandbox = args.get("sandbox", "auto");
   if (sandbox == "auto") c.sandbox = eval::SandboxMode::automatic;

@@ -4,14 +4,15 @@
 Drives kbrl_worker.py's compile stage directly, as LocalEvaluator does (one long-lived worker,
 one forked child per build, a fresh build directory per build, MAX_JOBS=2 like its compile
 lanes unless --max-jobs says otherwise), for a trivial elementwise CUDA candidate and a trivial
-CPU `cpp` candidate, under four settings: plain, pch, light (light_headers), both. Each setting
+CPU `cpp` candidate, under five settings: plain, pch, light (light_headers), both (pch and
+light), all (both and parallel_passes: nvcc's host and device passes side by side). Each setting
 starts from an empty cache directory, as a new work directory would: with pch, the first build
 of a flag set is plain ("deferred") and the second builds the precompiled header ("built"), so
 "steady" is the median of the builds after those, the state of an evaluator that has seen the
 flag set before. --parallel N then starts N builds at once per setting (steady state), as N
 compile lanes of a busy evaluator do.
 
-usage: measure.py [--reps 4] [--languages cuda,cpp] [--settings plain,both,pch,light]
+usage: measure.py [--reps 4] [--languages cuda,cpp] [--settings plain,all,both,pch,light]
                   [--parallel N] [--max-jobs 2] [--arch 9.0] [--work DIR] [--out FILE] [CANDIDATE.py...]
 Prints markdown tables, rewritten after every row to --out and to $OUT/compile_speed.md when
 OUT is set, so a run cut short keeps what it measured.
@@ -103,6 +104,7 @@ SETTINGS = {
     "pch": {"pch": True, "light_headers": False},
     "light": {"pch": False, "light_headers": True},
     "both": {"pch": True, "light_headers": True},
+    "all": {"pch": True, "light_headers": True, "parallel_passes": True},
 }
 
 
@@ -165,7 +167,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=4, help="builds per setting, one after the other")
     parser.add_argument("--languages", default="cuda,cpp")
-    parser.add_argument("--settings", default="plain,both,pch,light")
+    parser.add_argument("--settings", default="plain,all,both,pch,light")
     parser.add_argument("--parallel", type=int, default=0, help="then N builds at once per setting (0: none)")
     parser.add_argument("--max-jobs", default="2", help="MAX_JOBS for ninja (default 2, as the evaluator's compile lanes)")
     parser.add_argument("--arch", default="", help="TORCH_CUDA_ARCH_LIST (default: the GPU's, else 9.0)")
@@ -181,7 +183,7 @@ def main():
     settings = [s for s in args.settings.split(",") if s]
     for s in settings:
         if s not in SETTINGS:
-            parser.error("unknown setting {} (plain, pch, light, both)".format(s))
+            parser.error("unknown setting {} (plain, pch, light, both, all)".format(s))
     work = args.work or tempfile.mkdtemp(prefix="kbrl-compile-speed-")
     os.makedirs(work, exist_ok=True)
     env = dict(os.environ)
@@ -279,9 +281,11 @@ def compile_parallel(n, env, text, language, setting, base, cache):
 
 
 def steady(setting, builds):
-    """The builds that show the steady state: with pch, those that used a ready PCH."""
+    """The builds that show the steady state: with pch, those that used a ready PCH (with
+    parallel passes, the .cu's host-pass PCH too, where it applies)."""
     if SETTINGS[setting]["pch"]:
-        return [b for b in builds if b.metadata.get("pch") == "used"]
+        return [b for b in builds if b.metadata.get("pch") == "used"
+                and b.metadata.get("cuda_pch", "used").split(",")[-1] in ("used", "unsupported")]
     return builds
 
 

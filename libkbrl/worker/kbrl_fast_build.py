@@ -39,6 +39,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 
 FORMAT = 1  # bumped when the PCH recipe or the shadow headers change
 
@@ -82,16 +84,18 @@ class FastBuild:
         self.pch = bool(settings.get("pch"))
         # nvcc only: a ROCm torch builds CUDA sources with hipcc.
         self.light = bool(settings.get("light_headers")) and bool(torch.version.cuda) and not getattr(torch.version, "hip", None)
+        self.parallel = self.light and bool(settings.get("parallel_passes"))
         self.root = settings.get("dir") or ""
         self.log_dir = log_dir
-        self.events = {"pch": [], "light_headers": []}
+        self.events = {"pch": [], "light_headers": [], "parallel_passes": [], "cuda_pch": []}
         self.active = False
+        self.in_tier = False  # a light tier's attempt is building
         self.last_build_dir = None
         self.missing_ops = frozenset()
         self.original_load_inline = cpp_extension.load_inline
         self.original_run_ninja = getattr(cpp_extension, "_run_ninja_build", None)
         if not self.root:
-            self.pch = self.light = False
+            self.pch = self.light = self.parallel = False
 
     def install(self):
         """Replaces load_inline (and ninja's runner) for this process; the candidate imports
@@ -157,6 +161,7 @@ class FastBuild:
                 call_args, call_kwargs = (args, kwargs) if first else fresh()
                 first = False
                 self.last_build_dir = None
+                self.in_tier = True
                 try:
                     with prepended_env("NVCC_PREPEND_FLAGS", "-isystem " + shlex.quote(shadow_dir)), \
                             redirected_output(os.path.join(self.log_dir, "light-headers.log")):
@@ -164,6 +169,8 @@ class FastBuild:
                 except Exception:
                     self.forget(name)
                     continue
+                finally:
+                    self.in_tier = False
                 self.note("light_headers", tier)
                 return module
             if tiers:
@@ -192,7 +199,13 @@ class FastBuild:
         self.last_build_dir = build_directory
         pch_root = self.ensure_pch(build_directory) if self.pch else None
         with prepended_env("CPATH", pch_root, sep=":") if pch_root else contextlib.nullcontext():
-            return self.original_run_ninja(build_directory, *args, **kwargs)
+            if not (self.parallel and self.in_tier):
+                return self.original_run_ninja(build_directory, *args, **kwargs)
+            built = self.build_cuda_passes(build_directory)
+            # ninja runs every command as usual, nvcc only listing its steps for the objects
+            # built above: the build log and the dependencies it records are a plain build's.
+            with prepended_env("NVCC_PREPEND_FLAGS", "--dryrun") if built else contextlib.nullcontext():
+                return self.original_run_ninja(build_directory, *args, **kwargs)
 
     # ---- precompiled torch/extension.h ------------------------------------------------------
 
@@ -295,6 +308,58 @@ class FastBuild:
         self.note("pch", "built")
         return root
 
+    # ---- nvcc's two front ends side by side ------------------------------------------------
+
+    def build_cuda_passes(self, build_dir):
+        """Builds the CUDA objects of this build with nvcc's own steps (from `nvcc --dryrun`),
+        the host pass (preprocess, cudafe++) beside the device pass (preprocess, cicc, ptxas,
+        fatbinary), then the host object; meanwhile ninja builds the other objects. nvcc runs
+        the two passes one after the other because cicc reads the module id that cudafe++
+        writes when it finishes; here the id is written first and given to both. Returns
+        whether the CUDA objects were built this way (then with the dependency files ninja
+        expects); False when this build is not the expected kind (ninja builds it as usual):
+        other nvcc rules (device links), objects left from an earlier build, steps other than
+        the known ones. Raises when a step fails, as ninja would."""
+        try:
+            edges = ninja_edges(build_dir)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            edges = []
+        rules = {rule for _, rule, _ in edges}
+        cuda = [(out, command) for out, rule, command in edges if rule == "cuda_compile"]
+        if not cuda or not rules <= {"compile", "cuda_compile", "link", "phony"} \
+                or any(os.path.exists(os.path.join(build_dir, out)) for out, _ in cuda):
+            self.note("parallel_passes", "unsupported")
+            return False
+        plans = []
+        for out, command in cuda:
+            plan = nvcc_plan(command, build_dir, out)
+            if plan is None:
+                self.note("parallel_passes", "unsupported")
+                for p in plans:
+                    p.cleanup()
+                return False
+            if self.pch:
+                plan.prefix_pch = PrefixPch(self.root, functools.partial(self.note, "cuda_pch"))
+            plans.append(plan)
+        others = [out for out, rule, _ in edges if rule == "compile"]
+        side = None
+        if others:  # the binding file meanwhile; a failure there is ninja's to report afterwards
+            side = subprocess.Popen(["ninja", "-j", "1"] + others, cwd=build_dir,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for plan in plans:
+                plan.run()
+        except Exception:
+            self.note("parallel_passes", "failed")
+            raise
+        finally:
+            if side is not None:
+                side.wait()
+            for plan in plans:
+                plan.cleanup()
+        self.note("parallel_passes", "used")
+        return True
+
     # ---- shadow headers for CUDA sources ----------------------------------------------------
 
     def light_tiers(self):
@@ -392,6 +457,316 @@ def clashes(cuda_sources, missing_ops):
         if words and words[0] not in ("struct", "class", "union", "using") and words[-1] in missing_ops:
             return True
     return False
+
+
+def ninja_edges(build_dir):
+    """[(output, rule, command)] of a build.ninja's build edges, from ninja itself (command: the
+    one that builds the output, None for rules without one, such as phony)."""
+    def ninja(*args):
+        return subprocess.run(["ninja", "-C", build_dir] + list(args), stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, check=True, timeout=60).stdout.decode()
+    edges = []
+    for line in ninja("-t", "targets", "all").splitlines():
+        out, _, rule = line.rpartition(": ")
+        command = None
+        if rule == "cuda_compile":
+            commands = ninja("-t", "commands", "-s", out).splitlines()
+            if len(commands) != 1:
+                raise ValueError("one command expected for " + out)
+            command = commands[0]
+        edges.append((out, rule, command))
+    return edges
+
+
+class NvccPlan:
+    """One CUDA object built from nvcc's steps (argument lists): `host` (preprocess, cudafe++)
+    and `device` (preprocess, cicc, ptxas per architecture, fatbinary) side by side, then
+    `final` (the host compiler on cudafe++'s output, which includes the fatbinary). Steps run as
+    direct children, in this process group, so a stage timeout that kills the group kills them.
+    Dependencies are what the two preprocessors list (-MD), the set nvcc's own -MD gives. With
+    a `prefix_pch`, the final compile reads the headers part of cudafe++'s output from a PCH."""
+
+    def __init__(self, build_dir, out, env, host, device, final, keep_dir, depfiles):
+        self.build_dir, self.out, self.env, self.keep_dir = build_dir, out, env, keep_dir
+        self.host, self.device, self.final, self.depfiles = host, device, final, depfiles
+        self.prefix_pch = None  # a PrefixPch, set by the caller
+
+    def run(self):
+        logs = {name: os.path.join(self.keep_dir, name + ".log") for name in ("host", "device", "final")}
+        lock = threading.Lock()
+        state = {"failed": None, "current": {}}
+
+        def run_pass(name, steps):
+            with open(logs[name], "wb") as log:
+                for argv in steps:
+                    with lock:
+                        if state["failed"] is not None:
+                            return
+                        proc = subprocess.Popen(argv, cwd=self.build_dir, env=self.env, stdout=log,
+                                                stderr=subprocess.STDOUT)
+                        state["current"][name] = proc
+                    if proc.wait() != 0:
+                        with lock:
+                            if state["failed"] is None:
+                                state["failed"] = name
+                            for other in state["current"].values():  # of no use once one failed
+                                if other.poll() is None:
+                                    other.kill()
+                        return
+
+        side = threading.Thread(target=run_pass, args=("device", self.device))
+        side.start()
+        run_pass("host", self.host)
+        side.join()
+        failed = state["failed"]
+        if failed is None:
+            restore = self.prefix_pch.prepare(self) if self.prefix_pch is not None else None
+            run_pass("final", self.final)
+            if state["failed"] is not None and restore is not None:
+                restore()  # the file as cudafe++ wrote it: a plain compile has the last word
+                state["failed"] = None
+                run_pass("final", self.final)
+            failed = state["failed"]
+        if failed is not None:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self.build_dir, self.out))
+            with open(logs[failed], "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+            raise RuntimeError("Error building extension: the {} pass of {} failed:\n{}".format(failed, self.out, text))
+        deps, seen = [], set()
+        for path in self.depfiles:
+            with open(path) as f:
+                for token in depfile_inputs(f.read()):
+                    if token not in seen:
+                        seen.add(token)
+                        deps.append(token)
+        with open(os.path.join(self.build_dir, self.out + ".d"), "w") as f:
+            f.write(self.out.replace(" ", "\\ ") + ": " + " \\\n  ".join(deps) + "\n")
+
+    def cleanup(self):
+        shutil.rmtree(self.keep_dir, ignore_errors=True)
+
+
+class PrefixPch:
+    """Precompiled headers for the host compiler's pass over cudafe++'s output. That output is
+    one file: the source's leading #includes, expanded (most of the compile), then the source's
+    own code. The expanded part, up to the first line of the source's own, is the same text for
+    every source that starts with the same includes under the same flags: it is compiled once
+    into a PCH under <dir>/<key>/ (key: the text and the compile command), and later compiles
+    read `#include "<dir>/<key>/prefix.h"` followed by the rest of the file, under the same
+    file name, which gives the same object. As with the binding file's PCH, the first compile
+    of a prefix is plain and marks it seen, the second builds the PCH. At most KEEP are kept
+    (the least recently used go; about 0.3 GB each)."""
+
+    KEEP = 8
+    MIN_PREFIX = 1 << 20  # smaller prefixes parse quickly anyway
+
+    def __init__(self, root, note):
+        self.dir = os.path.join(root, "cuda-pch")
+        self.note = note
+
+    def prepare(self, plan):
+        """Rewrites the final compile's source to use the prefix's PCH when there is one; returns
+        a function restoring the original source, or None when the source was left alone."""
+        argv = plan.final[-1]
+        try:
+            source = next(a for a in argv if a.endswith(".cudafe1.cpp"))
+            out = argv[argv.index("-o") + 1]
+        except (ValueError, StopIteration, IndexError):
+            self.note("unsupported")
+            return None
+        path = source if os.path.isabs(source) else os.path.join(plan.build_dir, source)
+        with open(path, "rb") as f:
+            text = f.read()
+        newline = text.find(b"\n")
+        first = re.match(rb'# 1 ("[^"\n]*")$', text[:newline]) if newline > 0 else None
+        cut = None
+        if first is not None:
+            cut = re.compile(rb"^# \d+ " + re.escape(first.group(1)) + rb"( \d+)*$", re.M).search(text, newline + 1)
+        if cut is None or cut.start() - newline < self.MIN_PREFIX:
+            self.note("unsupported")
+            return None
+        prefix = text[newline + 1:cut.start()]
+        template = ["<source>" if a == source else "<object>" if a == out else a for a in argv]
+        key = sha256(json.dumps([FORMAT, template]) + hashlib.sha256(prefix).hexdigest())[:32]
+        root = os.path.join(self.dir, key)
+        header, gch = os.path.join(root, "prefix.h"), os.path.join(root, "prefix.h.gch")
+        if not os.path.exists(gch) and not self.build(key, root, header, gch, prefix, argv, source, plan):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(root)  # recently used
+        with open(path, "wb") as f:
+            f.write(b'#include "' + header.encode() + b'"\n' + text[cut.start():])
+
+        def restore():
+            with open(path, "wb") as f:
+                f.write(text)
+        self.note("used")
+        return restore
+
+    def build(self, key, root, header, gch, prefix, argv, source, plan):
+        os.makedirs(self.dir, exist_ok=True)
+        if os.path.exists(os.path.join(self.dir, key + ".failed")):
+            self.note("failed")
+            return False
+        seen = os.path.join(self.dir, key + ".seen")
+        if not os.path.exists(seen):
+            with open(seen, "w"):
+                pass
+            self.note("deferred")
+            return False
+        with open(os.path.join(self.dir, key + ".lock"), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self.note("busy")  # another compile is building it
+                return False
+            if os.path.exists(gch):
+                return True
+            os.makedirs(root, exist_ok=True)
+            with open(header + ".tmp", "wb") as f:
+                f.write(prefix)
+            os.rename(header + ".tmp", header)
+            tmp = "{}.tmp-{}".format(gch, os.getpid())
+            i = argv.index(source)
+            command = argv[:i] + ["-x", "c++-header", header] + argv[i + 1:]
+            command[command.index("-o") + 1] = tmp
+            proc = subprocess.run(command, cwd=plan.build_dir, env=plan.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT)
+            if proc.returncode != 0 or not os.path.exists(tmp):
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+                with open(os.path.join(self.dir, key + ".failed"), "wb") as f:
+                    f.write((shlex.join(command) + "\n").encode() + proc.stdout[-4000:])
+                self.note("failed")
+                return False
+            os.rename(tmp, gch)
+        self.note("built")
+        self.evict(keep=root)
+        return True
+
+    def evict(self, keep):
+        try:
+            entries = [os.path.join(self.dir, d) for d in os.listdir(self.dir)]
+            entries = sorted((os.stat(d).st_mtime, d) for d in entries if os.path.isdir(d) and d != keep)
+        except OSError:
+            return
+        for _, d in entries[:max(0, len(entries) + 1 - self.KEEP)]:
+            shutil.rmtree(d, ignore_errors=True)  # compiles reading its PCH keep their open copy
+
+
+def depfile_inputs(text):
+    """The inputs of a make-style dependency file with one target, escaped as written."""
+    text = text.replace("\\\n", " ")
+    tokens = re.findall(r"(?:\\.|[^\s\\])+", text)
+    for i, token in enumerate(tokens):
+        if token.endswith(":") and not token.endswith("\\:"):
+            return tokens[i + 1:]
+    return []
+
+
+def nvcc_plan(command, build_dir, out):
+    """An NvccPlan for ninja's nvcc command building `out`, or None when its steps (nvcc
+    --dryrun) are not the known single-object sequence."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    if not argv or os.path.basename(argv[0]) != "nvcc":
+        return None
+    rest, i = [], 1
+    while i < len(argv):  # torch's -MD -MF $out.d: the dependency file is written from the steps'
+        if argv[i] == "-MD":
+            i += 1
+        elif argv[i] == "-MF" and i + 1 < len(argv):
+            i += 2
+        elif argv[i].startswith(("--generate-", "-M")) or argv[i] in ("--dryrun", "-dryrun", "--keep", "-keep"):
+            return None
+        else:
+            rest.append(argv[i])
+            i += 1
+    keep_dir = tempfile.mkdtemp(prefix="kbrl-passes-", dir=build_dir)
+    try:
+        proc = subprocess.run([argv[0], "--dryrun", "--keep", "--keep-dir", keep_dir] + rest, cwd=build_dir,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        proc = None
+    plan = None
+    if proc is not None and proc.returncode == 0:
+        plan = plan_from_dryrun(proc.stdout.decode("utf-8", "replace"), build_dir, out, keep_dir)
+    if plan is None:
+        shutil.rmtree(keep_dir, ignore_errors=True)
+    return plan
+
+
+def plan_from_dryrun(text, build_dir, out, keep_dir):
+    """The plan for nvcc's listing (`#$ ` lines: its variables, then one command per line), or
+    None unless it is: one host preprocess (.cpp4.ii) and cudafe++ writing the module id, per
+    architecture a device preprocess (.cpp1.ii), cicc reading that id and ptxas, one fatbinary,
+    and the host compile last."""
+    env, steps = dict(os.environ), []
+    for line in text.splitlines():
+        if not line.startswith("#$ "):
+            return None
+        line = line[3:].strip()
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            return None
+        if not words:
+            return None
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", line):
+            if steps:
+                return None  # the variables come first
+            name, _, value = line.partition("=")
+            values = shlex.split(value)
+            if len(values) <= 1:  # the others are nvcc's own lists, already expanded in the commands
+                env[name] = values[0] if values else ""
+            continue
+        # The program may be named through a variable ("$CICC_PATH/cicc"); nothing else may.
+        words[0] = re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), ""), words[0])
+        if any("$" in w or "`" in w for w in words):
+            return None
+        steps.append(words)
+    host, device, final, depfiles, module_id = [], [], [], [], None
+    for n, argv in enumerate(steps):
+        tool = os.path.basename(argv[0])
+        output = argv[argv.index("-o") + 1] if "-o" in argv[:-1] else ""
+        if tool == "cudafe++":
+            if len(host) != 1 or argv.count("--gen_module_id_file") != 1 or "--module_id_file_name" not in argv[:-1]:
+                return None
+            module_id = argv[argv.index("--module_id_file_name") + 1]
+            host.append([a for a in argv if a != "--gen_module_id_file"])
+        elif tool in ("cicc", "ptxas", "fatbinary"):
+            if tool == "cicc" and ("--module_id_file_name" not in argv[:-1]
+                                   or argv[argv.index("--module_id_file_name") + 1] != module_id):
+                return None
+            device.append(argv)
+        elif "-E" in argv and output.endswith((".cpp1.ii", ".cpp4.ii")):
+            depfiles.append(os.path.join(keep_dir, "deps-{}.d".format(n)))
+            argv = argv + ["-MD", "-MF", depfiles[-1]]
+            if output.endswith(".cpp4.ii"):
+                if host:
+                    return None
+                host = [argv]
+            else:
+                device.append(argv)
+        elif "-c" in argv and n == len(steps) - 1:
+            final.append(argv)
+        else:
+            return None  # nvlink, a second source, or anything else not planned for
+    if len(host) != 2 or not final or module_id is None \
+            or sum(os.path.basename(a[0]) == "fatbinary" for a in device) != 1:
+        return None
+    # nvcc's cudafe++ derives the id from the file's name and contents; it names the host side's
+    # stand-ins for anonymous namespaces, hidden in the extension, also inside torch's headers.
+    # Derived from the object's name only, it leaves those headers' text the same for every
+    # source, which the prefix PCH needs.
+    digest = sha256("kbrl module id\0" + out)
+    base = re.sub(r"[^A-Za-z0-9]", "_", os.path.basename(out))
+    with open(module_id if os.path.isabs(module_id) else os.path.join(build_dir, module_id), "w") as f:
+        f.write("_{}_{}_{}_{}".format(digest[:8], len(base), base, digest[8:24]))
+    return NvccPlan(build_dir, out, env, host, device, final, keep_dir, depfiles)
 
 
 def copies(values):

@@ -1,8 +1,9 @@
 // The compile accelerations (docs/evaluator.md, "Compile speed") change how long a build takes
 // and nothing else: every bundled solution gets the same result, field for field (timings and
 // metadata aside), with and without them; accelerated and plain builds never share a build
-// directory; what the compile stage built is up to date for the run stage; and a CUDA source
-// that needs more than the light headers is built again, in the end with torch's full headers.
+// directory; what the compile stage built is up to date for the run stage (also where nvcc's
+// passes ran side by side); and a CUDA source that needs more than the light headers is built
+// again, in the end with torch's full headers.
 //
 // Registered as CTest tests of their own with a long timeout (tests/integration/CMakeLists.txt):
 // every candidate is built for real, twice. The CUDA case needs nvcc, not a GPU (without one
@@ -264,20 +265,28 @@ class ModelNew(nn.Module):
     std::string id;
     std::string helpers;
     std::string host_extra;
-    std::string light_headers;  // what the accelerated build must report
+    std::string light_headers;    // what the accelerated build must report
+    std::string parallel_passes;  // one event per light tier tried
+    std::string cuda_pch;         // the host pass's PCH, where the passes built the object
   };
   const std::vector<Case> cases = {
-      {"light", "", "", "minimal"},
+      // The first source with these includes compiles its host pass plainly and marks them seen.
+      {"light", "", "", "minimal", "used", "deferred"},
       // A free function of an operator that is not a factory: not in the minimal set.
-      {"operator", "", "TORCH_CHECK(at::flatten(xc).numel() == n, \"flatten\");", "types"},
+      {"operator", "", "TORCH_CHECK(at::flatten(xc).numel() == n, \"flatten\");", "types", "failed,used",
+       "deferred"},
       // pybind11 comes only with torch/extension.h (torch/python.h).
-      {"pybind11", "", "py::gil_scoped_release no_gil;", "fallback"},
+      {"pybind11", "", "py::gil_scoped_release no_gil;", "fallback", "failed,failed", ""},
       // A real compile error: the verdict and the message are the plain build's.
-      {"broken", "", "undefined_function_of_the_candidate(xc);", "fallback"},
+      {"broken", "", "undefined_function_of_the_candidate(xc);", "fallback", "failed,failed", ""},
       // The candidate's own relu(const Tensor&) next to at::relu: with the full headers the call
       // is ambiguous (a compile error); the minimal headers, which lack at::relu, would accept
       // it. Such a source skips the minimal tier, and the result is the plain build's.
-      {"clash", "torch::Tensor relu(const torch::Tensor& t) { return t; }", "(void)relu(xc);", "fallback"},
+      {"clash", "torch::Tensor relu(const torch::Tensor& t) { return t; }", "(void)relu(xc);", "fallback", "failed",
+       ""},
+      // Another source with the first one's includes, built long after it: the PCH of their
+      // expanded headers is built, then this host pass reads it.
+      {"light_again", "", "TORCH_CHECK(n >= 0, \"size\");", "minimal", "used", "built,used"},
   };
   std::vector<core::EvalRequest> requests;
   for (const auto& c : cases) {
@@ -315,6 +324,9 @@ class ModelNew(nn.Module):
     CHECK(plain[i].metadata.count("compile_light_headers") == 0);
     REQUIRE(fast[i].metadata.count("compile_light_headers") == 1);
     CHECK(fast[i].metadata.at("compile_light_headers") == cases[i].light_headers);
+    CHECK(plain[i].metadata.count("compile_parallel_passes") == 0);
+    CHECK(fast[i].metadata["compile_parallel_passes"] == cases[i].parallel_passes);
+    CHECK(fast[i].metadata["compile_cuda_pch"] == cases[i].cuda_pch);
     if (cases[i].id == "broken" || cases[i].id == "clash") {
       CHECK_FALSE(fast[i].compiled);
       CHECK(fast[i].error_category == core::ErrorCategory::compile);

@@ -488,6 +488,7 @@ struct LocalEvaluator::Impl {
     // each setting has build directories of its own; that also keeps A/B comparisons honest.
     k["pch"] = config.compile_pch;
     k["light_headers"] = config.compile_light_headers;
+    k["parallel_passes"] = config.compile_light_headers && config.compile_parallel_passes;
     return core::sha256_hex(json::serialize(k));
   }
 
@@ -526,6 +527,7 @@ struct LocalEvaluator::Impl {
     if (config.compile_pch || config.compile_light_headers)
       request["fast_build"] = json::object{{"pch", config.compile_pch},
                                            {"light_headers", config.compile_light_headers},
+                                           {"parallel_passes", config.compile_parallel_passes},
                                            {"dir", config.compile_cache_dir.string()}};
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);

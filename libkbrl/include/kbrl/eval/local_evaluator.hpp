@@ -47,10 +47,14 @@ struct LocalEvaluatorConfig {
   std::map<std::string, core::Severity> static_check_severity;  // overrides by rule name (docs/static-checks.md)
   bool baseline_cache = true;           // time each reference once per device and settings
   bool keep_logs = false;               // keep every child's log, not only failures'
-  // Compile accelerations (docs/evaluator.md, "Compile speed"); neither changes what a candidate
-  // compiles to, and result.metadata says what each did (compile_pch, compile_light_headers).
-  bool compile_pch = true;            // a precompiled torch/extension.h for the binding file (g++)
-  bool compile_light_headers = true;  // CUDA sources built against fewer torch headers first
+  // Compile accelerations (docs/evaluator.md, "Compile speed"); none changes what a candidate
+  // compiles to, and result.metadata says what each did (compile_pch, compile_light_headers,
+  // compile_parallel_passes, compile_cuda_pch).
+  bool compile_pch = true;             // precompiled headers for g++: the binding file's torch/extension.h,
+                                       // and with parallel passes the headers part of a .cu's host pass
+  bool compile_light_headers = true;   // CUDA sources built against fewer torch headers first
+  bool compile_parallel_passes = true; // light-header builds of a .cu run nvcc's host and device passes
+                                       // side by side (needs compile_light_headers)
   // Where both keep their shared files (a PCH per compiler and flag set, about 0.75 GB each, and
   // the shadow headers); builds depend on them, so remove it only together with builds/.
   // Empty: <work_dir>/compile_cache. Evaluators with different work dirs may share one.
