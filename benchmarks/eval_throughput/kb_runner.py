@@ -21,8 +21,8 @@
 Both configurations use eval_from_generations' settings: 5 correctness trials, 100 timed runs,
 cuda_event timing, fp32, backend cuda, KernelBench's default seed, and the exception handling of
 its evaluate_single_sample. They walk the same seeded order of the workload and start candidates
-while less than --budget seconds have passed; the one in flight may run on until --budget +
---grace, where it is cut and left out of the counts. Each candidate is appended to --out as one
+while less than --budget seconds have passed (precompile: since its parallel build ended); the
+one in flight may run on until --budget + --grace, where it is cut and left out of the counts. Each candidate is appended to --out as one
 JSON line as soon as it is done, so a configuration stopped from outside keeps what it finished.
 
 Build times: every call of torch.utils.cpp_extension.load_inline (and load) is timed by a thin
@@ -517,7 +517,9 @@ def run_precompile(args):
     out = Output(args.out)
     out.write(meta_record(args, "kb-precompile", order, {"workers": args.workers, "kb_timeout_s": args.kb_timeout,
                                                           "precompiled": [c["file"] for c in chosen]}))
-    build_dir_of, per_dir, t0, probe = batch_compile_phase(args, chosen, out)
+    build_dir_of, per_dir, started, probe = batch_compile_phase(args, chosen, out)
+    # The budget is the evaluation phase's: a slow parallel build must not leave it none.
+    t0 = time.time()
     hard = t0 + args.budget + args.grace
     stopped = "all precompiled candidates done"
     for i, c in enumerate(chosen):
@@ -555,7 +557,7 @@ def run_precompile(args):
         if status.startswith("cut"):
             stopped = "time limit reached during a candidate"
             break
-    out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0, "stopped": stopped})
+    out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - started, "stopped": stopped})
     return 0
 
 
