@@ -87,9 +87,11 @@ class FastBuild:
         self.parallel = self.light and bool(settings.get("parallel_passes"))
         self.root = settings.get("dir") or ""
         self.log_dir = log_dir
-        self.events = {"pch": [], "light_headers": [], "parallel_passes": [], "cuda_pch": []}
+        self.events = {"pch": [], "light_headers": [], "parallel_passes": [], "cuda_pch": [], "light_binding": []}
         self.active = False
-        self.in_tier = False  # a light tier's attempt is building
+        self.in_tier = None  # (tier, shadow directory) while a light tier's attempt is building
+        self.cpp_sources = None  # the load_inline call's, for the binding file's clash check
+        self.binding_light_built = False  # this attempt's binding file was built with light headers
         self.last_build_dir = None
         self.missing_ops = frozenset()
         self.original_load_inline = cpp_extension.load_inline
@@ -154,6 +156,7 @@ class FastBuild:
         if tiers and tiers[0][0] == "minimal" and clashes(bound.get("cuda_sources"), self.missing_ops):
             tiers = tiers[1:]
         name = bound.get("name")
+        self.cpp_sources = bound.get("cpp_sources")
         self.active = True
         try:
             first = True
@@ -161,7 +164,8 @@ class FastBuild:
                 call_args, call_kwargs = (args, kwargs) if first else fresh()
                 first = False
                 self.last_build_dir = None
-                self.in_tier = True
+                self.binding_light_built = False
+                self.in_tier = (tier, shadow_dir)
                 try:
                     with prepended_env("NVCC_PREPEND_FLAGS", "-isystem " + shlex.quote(shadow_dir)), \
                             redirected_output(os.path.join(self.log_dir, "light-headers.log")):
@@ -170,7 +174,7 @@ class FastBuild:
                     self.forget(name)
                     continue
                 finally:
-                    self.in_tier = False
+                    self.in_tier = None
                 self.note("light_headers", tier)
                 return module
             if tiers:
@@ -189,29 +193,40 @@ class FastBuild:
         if isinstance(entries, dict):
             entries.pop(name, None)
         build_dir = self.last_build_dir
+        # A binding file built with the light headers goes too: the next attempt's are others.
+        light_main = self.binding_light_built
+        self.binding_light_built = False
         if build_dir and os.path.isdir(build_dir):
             for f in os.listdir(build_dir):
-                if f.endswith(".cuda.o") or f == "{}.so".format(name):
+                if f.endswith(".cuda.o") or f == "{}.so".format(name) or (light_main and f == "main.o"):
                     with contextlib.suppress(OSError):
                         os.remove(os.path.join(build_dir, f))
 
     def run_ninja_build(self, build_directory, *args, **kwargs):
         self.last_build_dir = build_directory
-        pch_root = self.ensure_pch(build_directory) if self.pch else None
-        with prepended_env("CPATH", pch_root, sep=":") if pch_root else contextlib.nullcontext():
-            if not (self.parallel and self.in_tier):
+        if not (self.parallel and self.in_tier):
+            pch_root = self.ensure_pch(build_directory) if self.pch else None
+            with prepended_env("CPATH", pch_root, sep=":") if pch_root else contextlib.nullcontext():
                 return self.original_run_ninja(build_directory, *args, **kwargs)
-            built = self.build_cuda_passes(build_directory)
-            # ninja runs every command as usual, nvcc only listing its steps for the objects
-            # built above: the build log and the dependencies it records are a plain build's.
-            with prepended_env("NVCC_PREPEND_FLAGS", "--dryrun") if built else contextlib.nullcontext():
-                return self.original_run_ninja(build_directory, *args, **kwargs)
+        built = self.build_cuda_passes(build_directory)
+        # The binding file, when the light one did not build beside the passes, gets the full PCH.
+        pch_root = None
+        if self.pch and not os.path.exists(os.path.join(build_directory, "main.o")):
+            pch_root = self.ensure_pch(build_directory)
+        # ninja runs every command as usual, nvcc only listing its steps for the objects built
+        # above: the build log and the dependencies it records are a plain build's.
+        with prepended_env("CPATH", pch_root, sep=":") if pch_root else contextlib.nullcontext(), \
+                prepended_env("NVCC_PREPEND_FLAGS", "--dryrun") if built else contextlib.nullcontext():
+            return self.original_run_ninja(build_directory, *args, **kwargs)
 
     # ---- precompiled torch/extension.h ------------------------------------------------------
 
-    def ensure_pch(self, build_dir):
-        """The directory to put on CPATH for this build, or None. Builds the PCH when this flag
-        set has none yet and no other compile is building it."""
+    def ensure_pch(self, build_dir, binding=None):
+        """The directories to put on CPATH for the binding file's compile (":"-joined), or None.
+        Builds the PCH when this flag set has none yet and no other compile is building it.
+        binding: (tier, shadow directory) for the light binding file (light_binding_header):
+        its header stands in for torch/extension.h, the tier's shadow headers behind it, and the
+        result is on CPATH whether or not its PCH is ready yet."""
         ninja = read_ninja_variables(os.path.join(build_dir, "build.ninja"))
         main_cpp = os.path.join(build_dir, "main.cpp")
         if ninja is None or "cxx" not in ninja or "cflags" not in ninja or not os.path.exists(main_cpp):
@@ -228,24 +243,40 @@ class FastBuild:
         if compiler is None:
             self.note("pch", "unsupported")  # g++ only: clang finds no .gch through the include path
             return None
-        key = sha256(json.dumps([FORMAT, compiler, flags, post, self.torch_version]))[:32]
+        header = None
+        if binding is not None:
+            header = self.light_binding_header()
+            if header is None:
+                return None
+        key = sha256(json.dumps([FORMAT, compiler, flags, post, self.torch_version]
+                                + ([binding[0], binding[1], header] if binding else [])))[:32]
         pch_dir = os.path.join(self.root, "pch")
         root = os.path.join(pch_dir, key)
         gch = os.path.join(root, "torch", "extension.h.gch")
         forward = os.path.join(root, "torch", "extension.h")
+        cpath = root + (":" + binding[1] if binding else "")
+        if binding and not os.path.exists(forward):
+            os.makedirs(os.path.dirname(forward), exist_ok=True)
+            tmp = "{}.tmp-{}".format(forward, os.getpid())
+            with open(tmp, "w") as f:
+                f.write(header)
+            os.rename(tmp, forward)
+        found = cpath if binding else None  # the light header parses without its PCH too
+        if binding and not self.pch:
+            return found
 
         def ready():
             return os.path.exists(gch) and os.path.exists(forward)
 
         if os.path.exists(os.path.join(build_dir, "main.o")):
             # Built by an earlier attempt of this call: nothing left that would use a PCH.
-            return root if ready() else None
+            return cpath if ready() else found
         if ready():
             self.note("pch", "used")
-            return root
+            return cpath
         if os.path.exists(os.path.join(pch_dir, key + ".failed")):
             self.note("pch", "failed")
-            return None
+            return found
         # A PCH costs about two plain parses to build: only for a flag set seen before.
         os.makedirs(os.path.join(root, "torch"), exist_ok=True)
         seen = os.path.join(pch_dir, key + ".seen")
@@ -253,16 +284,16 @@ class FastBuild:
             with open(seen, "w"):
                 pass
             self.note("pch", "deferred")
-            return None
+            return found
         with open(os.path.join(pch_dir, key + ".lock"), "a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 self.note("pch", "busy")  # another compile is building it: parse as usual
-                return None
+                return found
             if ready():
                 self.note("pch", "used")
-                return root
+                return cpath
             for f in os.listdir(os.path.dirname(gch)):  # left by a build that was killed
                 if f.startswith("extension.h.gch.tmp-"):
                     with contextlib.suppress(OSError):
@@ -271,8 +302,9 @@ class FastBuild:
             tmp = "{}.tmp-{}".format(gch, os.getpid())
             with open(stub, "w") as f:
                 f.write("#include <torch/extension.h>\n")
-            command = cxx + flags + ["-x", "c++-header", stub, "-o", tmp] + post
-            proc = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            command = cxx + flags + ["-x", "c++-header", stub if binding is None else forward, "-o", tmp] + post
+            with prepended_env("CPATH", binding[1], sep=":") if binding else contextlib.nullcontext():
+                proc = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             with open(os.path.join(pch_dir, key + ".log"), "wb") as f:
                 f.write((shlex.join(command) + "\n").encode() + proc.stdout)
             if proc.returncode != 0 or not os.path.exists(tmp):
@@ -281,13 +313,14 @@ class FastBuild:
                 with open(os.path.join(pch_dir, key + ".failed"), "wb") as f:
                     f.write(proc.stdout[-4000:])
                 self.note("pch", "failed")
-                return None
-            # g++ takes a directory holding extension.h.gch to hold extension.h too: a later
-            # #include <torch/extension.h> (candidates repeat it), or one under flags that do not
-            # match the PCH, opens this file, which passes on to torch's own.
-            with open(forward + ".tmp", "w") as f:
-                f.write("#pragma once\n#include_next <torch/extension.h>\n")
-            os.rename(forward + ".tmp", forward)
+                return found
+            if binding is None:
+                # g++ takes a directory holding extension.h.gch to hold extension.h too: a later
+                # #include <torch/extension.h> (candidates repeat it), or one under flags that do
+                # not match the PCH, opens this file, which passes on to torch's own.
+                with open(forward + ".tmp", "w") as f:
+                    f.write("#pragma once\n#include_next <torch/extension.h>\n")
+                os.rename(forward + ".tmp", forward)
             os.rename(tmp, gch)
             # g++ decides whether a PCH fits a compile (macros, dialect, target options): ask it
             # once, the way main.cpp will be compiled, so that "used" means used.
@@ -296,7 +329,7 @@ class FastBuild:
                 f.write("#include <torch/extension.h>\n")
             command = cxx + flags + ["-DTORCH_EXTENSION_NAME=kbrl_pch_probe", "-Winvalid-pch", "-Werror=invalid-pch",
                                      "-fsyntax-only", probe] + post
-            with prepended_env("CPATH", root, sep=":"):
+            with prepended_env("CPATH", cpath, sep=":"):
                 check = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             if check.returncode != 0:
                 with contextlib.suppress(OSError):
@@ -304,9 +337,38 @@ class FastBuild:
                 with open(os.path.join(pch_dir, key + ".failed"), "wb") as f:
                     f.write(check.stdout[-4000:])
                 self.note("pch", "failed")
-                return None
+                return found
         self.note("pch", "built")
-        return root
+        return cpath
+
+    def light_binding_header(self):
+        """The light binding file's torch/extension.h, or None where torch's headers are not laid
+        out as expected. torch/extension.h is torch/all.h (the C++ frontend: modules, optimizers,
+        data loaders; no Python) and torch/python.h; the light one keeps what torch/python.h
+        includes apart from the C++ frontend's headers, so every pybind11 type caster torch
+        declares is there, and a binding file that uses anything of the frontend does not compile
+        with it (and is built again with the full header). Defines under which torch/extension.h
+        behaves otherwise pass on to it."""
+        if getattr(self, "_binding_header", False) is not False:
+            return self._binding_header
+        self._binding_header = None
+        try:
+            with open(os.path.join(self.include_dir, "torch", "csrc", "api", "include", "torch", "python.h")) as f:
+                text = f.read()
+        except OSError:
+            return None
+        includes = re.findall(r"^#include <([^>]+)>", text, re.M)
+        kept = [h for h in includes if not h.startswith("torch/") or h.startswith("torch/csrc/") or h == "torch/types.h"]
+        if "torch/types.h" not in kept or not any(h.startswith("torch/csrc/utils/pybind") for h in kept):
+            return None
+        self._binding_header = (
+            "// kbrl light headers: stands in for torch/extension.h in the binding file of a build\n"
+            "// whose CUDA source builds with light headers (libkbrl/worker/kbrl_fast_build.py).\n"
+            "#if defined(TORCH_STABLE_ONLY) || defined(TORCH_TARGET_VERSION) || defined(TORCH_INDUCTOR_CPP_WRAPPER)\n"
+            "#include_next <torch/extension.h>\n"
+            "#elif !defined(KBRL_LIGHT_BINDING_H)\n#define KBRL_LIGHT_BINDING_H\n"
+            + "".join("#include <{}>\n".format(h) for h in kept) + "#endif\n")
+        return self._binding_header
 
     # ---- nvcc's two front ends side by side ------------------------------------------------
 
@@ -342,9 +404,16 @@ class FastBuild:
                 plan.prefix_pch = PrefixPch(self.root, functools.partial(self.note, "cuda_pch"))
             plans.append(plan)
         others = [out for out, rule, _ in edges if rule == "compile"]
-        side = None
-        if others:  # the binding file meanwhile; a failure there is ninja's to report afterwards
-            side = subprocess.Popen(["ninja", "-j", "1"] + others, cwd=build_dir,
+        side, binding = None, None
+        if others:
+            # The binding file meanwhile, with this tier's light headers where it can. A failure
+            # there leaves it to the ninja run afterwards, with the full headers, to build or report.
+            env = None
+            binding = self.light_binding_cpath(build_dir)
+            if binding is not None:
+                env = dict(os.environ)
+                env["CPATH"] = binding + (":" + env["CPATH"] if env.get("CPATH") else "")
+            side = subprocess.Popen(["ninja", "-j", "1"] + others, cwd=build_dir, env=env,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for plan in plans:
@@ -354,11 +423,24 @@ class FastBuild:
             raise
         finally:
             if side is not None:
-                side.wait()
+                side_ok = side.wait() == 0
+                if binding is not None:
+                    self.note("light_binding", self.in_tier[0] if side_ok else "fallback")
+                    self.binding_light_built = side_ok
             for plan in plans:
                 plan.cleanup()
         self.note("parallel_passes", "used")
         return True
+
+    def light_binding_cpath(self, build_dir):
+        """CPATH for compiling the binding file against this tier's light headers (and their
+        PCH, when ready), or None. The binding file is the candidate's cpp_sources (most often
+        declarations) and the pybind11 module: light_binding_header keeps every Python binding
+        header of torch, and this tier's shadow headers stand behind it."""
+        tier, shadow_dir = self.in_tier
+        if tier == "minimal" and clashes(self.cpp_sources, self.missing_ops):
+            return None
+        return self.ensure_pch(build_dir, binding=(tier, shadow_dir))
 
     # ---- shadow headers for CUDA sources ----------------------------------------------------
 

@@ -268,25 +268,26 @@ class ModelNew(nn.Module):
     std::string light_headers;    // what the accelerated build must report
     std::string parallel_passes;  // one event per light tier tried
     std::string cuda_pch;         // the host pass's PCH, where the passes built the object
+    std::string light_binding;    // the binding file's light headers, one event per tier tried
   };
   const std::vector<Case> cases = {
       // The first source with these includes compiles its host pass plainly and marks them seen.
-      {"light", "", "", "minimal", "used", "deferred"},
+      {"light", "", "", "minimal", "used", "deferred", "minimal"},
       // A free function of an operator that is not a factory: not in the minimal set.
       {"operator", "", "TORCH_CHECK(at::flatten(xc).numel() == n, \"flatten\");", "types", "failed,used",
-       "deferred"},
+       "deferred", "minimal,types"},
       // pybind11 comes only with torch/extension.h (torch/python.h).
-      {"pybind11", "", "py::gil_scoped_release no_gil;", "fallback", "failed,failed", ""},
+      {"pybind11", "", "py::gil_scoped_release no_gil;", "fallback", "failed,failed", "", "minimal,types"},
       // A real compile error: the verdict and the message are the plain build's.
-      {"broken", "", "undefined_function_of_the_candidate(xc);", "fallback", "failed,failed", ""},
+      {"broken", "", "undefined_function_of_the_candidate(xc);", "fallback", "failed,failed", "", "minimal,types"},
       // The candidate's own relu(const Tensor&) next to at::relu: with the full headers the call
       // is ambiguous (a compile error); the minimal headers, which lack at::relu, would accept
       // it. Such a source skips the minimal tier, and the result is the plain build's.
       {"clash", "torch::Tensor relu(const torch::Tensor& t) { return t; }", "(void)relu(xc);", "fallback", "failed",
-       ""},
+       "", "types"},
       // Another source with the first one's includes, built long after it: the PCH of their
       // expanded headers is built, then this host pass reads it.
-      {"light_again", "", "TORCH_CHECK(n >= 0, \"size\");", "minimal", "used", "built,used"},
+      {"light_again", "", "TORCH_CHECK(n >= 0, \"size\");", "minimal", "used", "built,used", "minimal"},
   };
   std::vector<core::EvalRequest> requests;
   for (const auto& c : cases) {
@@ -327,6 +328,8 @@ class ModelNew(nn.Module):
     CHECK(plain[i].metadata.count("compile_parallel_passes") == 0);
     CHECK(fast[i].metadata["compile_parallel_passes"] == cases[i].parallel_passes);
     CHECK(fast[i].metadata["compile_cuda_pch"] == cases[i].cuda_pch);
+    CHECK(plain[i].metadata.count("compile_light_binding") == 0);
+    CHECK(fast[i].metadata["compile_light_binding"] == cases[i].light_binding);
     if (cases[i].id == "broken" || cases[i].id == "clash") {
       CHECK_FALSE(fast[i].compiled);
       CHECK(fast[i].error_category == core::ErrorCategory::compile);
