@@ -13,7 +13,8 @@ flag set before. --parallel N then starts N builds at once per setting (steady s
 compile lanes of a busy evaluator do.
 
 usage: measure.py [--reps 4] [--languages cuda,cpp] [--settings plain,all,both,pch,light]
-                  [--parallel N] [--max-jobs 2] [--arch 9.0] [--work DIR] [--out FILE] [CANDIDATE.py...]
+                  [--parallel N] [--max-jobs 2] [--arch 9.0] [--work DIR] [--out FILE] [--steps FILE]
+                  [CANDIDATE.py...]
 Prints markdown tables, rewritten after every row to --out and to $OUT/compile_speed.md when
 OUT is set, so a run cut short keeps what it measured.
 """
@@ -108,6 +109,30 @@ SETTINGS = {
 }
 
 
+STEPS_SITECUSTOMIZE = '''
+import os, subprocess, time
+_path = os.environ.get("KBRL_COMPILE_STEPS")
+if _path:
+    _init, _wait = subprocess.Popen.__init__, subprocess.Popen.wait
+
+    def _traced_init(self, args, *rest, **kwargs):
+        self._kbrl_started = time.time()
+        _init(self, args, *rest, **kwargs)
+        argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+        self._kbrl_name = " ".join([os.path.basename(argv[0])] + argv[1:4])[:160]
+
+    def _traced_wait(self, *rest, **kwargs):
+        code = _wait(self, *rest, **kwargs)
+        if not getattr(self, "_kbrl_logged", False):
+            self._kbrl_logged = True
+            with open(_path, "a") as f:
+                f.write("%.3f %.3f %d %s\\n" % (self._kbrl_started, time.time(), os.getpid(), self._kbrl_name))
+        return code
+
+    subprocess.Popen.__init__, subprocess.Popen.wait = _traced_init, _traced_wait
+'''
+
+
 class Worker:
     def __init__(self, platform_name, env):
         self.proc = subprocess.Popen([sys.executable, "-u", WORKER, "--platform", platform_name],
@@ -175,6 +200,8 @@ def main():
     parser.add_argument("--cache", default="", help="one cache directory per setting for all candidates (default: "
                                                     "a fresh one per candidate and setting)")
     parser.add_argument("--out", default="")
+    parser.add_argument("--steps", default="", help="append every compiler process of the builds to this file "
+                        "(start, end, pid, command), one line each")
     parser.add_argument("candidates", nargs="*",
                         help="candidate programs to measure instead of the two trivial ones (a program with "
                              "cuda_sources is built as cuda, any other as cpp)")
@@ -190,6 +217,15 @@ def main():
     env["TORCH_CUDA_ARCH_LIST"] = args.arch or env.get("TORCH_CUDA_ARCH_LIST") or detect_arch()
     if args.max_jobs:
         env["MAX_JOBS"] = args.max_jobs
+    if args.steps:
+        # Every process the worker's build children start, with its start and end, through a
+        # sitecustomize module that only the worker imports.
+        site = os.path.join(work, "steps-site")
+        os.makedirs(site, exist_ok=True)
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write(STEPS_SITECUSTOMIZE)
+        env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["KBRL_COMPILE_STEPS"] = os.path.abspath(args.steps)
     if args.candidates:
         cases = []
         for path in args.candidates:

@@ -408,25 +408,39 @@ class FastBuild:
         if others:
             # The binding file meanwhile, with this tier's light headers where it can. A failure
             # there leaves it to the ninja run afterwards, with the full headers, to build or report.
-            env = None
             binding = self.light_binding_cpath(build_dir)
-            if binding is not None:
+            cpath = binding if binding is not None else self.ensure_pch(build_dir) if self.pch else None
+            env = None
+            if cpath:
                 env = dict(os.environ)
-                env["CPATH"] = binding + (":" + env["CPATH"] if env.get("CPATH") else "")
+                env["CPATH"] = cpath + (":" + env["CPATH"] if env.get("CPATH") else "")
             side = subprocess.Popen(["ninja", "-j", "1"] + others, cwd=build_dir, env=env,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        passes_ok = False
         try:
             for plan in plans:
                 plan.run()
+            passes_ok = True
         except Exception:
             self.note("parallel_passes", "failed")
             raise
         finally:
             if side is not None:
-                side_ok = side.wait() == 0
-                if binding is not None:
-                    self.note("light_binding", self.in_tier[0] if side_ok else "fallback")
-                    self.binding_light_built = side_ok
+                if not passes_ok and side.poll() is None:
+                    # This attempt failed: its binding object is of no use. ninja passes the
+                    # signal on to its compiler; what it leaves behind goes with the attempt.
+                    side.terminate()
+                    side.wait()
+                    for out in others:
+                        with contextlib.suppress(OSError):
+                            os.remove(os.path.join(build_dir, out))
+                    if binding is not None:
+                        self.note("light_binding", "stopped")
+                else:
+                    side_ok = side.wait() == 0
+                    if binding is not None:
+                        self.note("light_binding", self.in_tier[0] if side_ok else "fallback")
+                        self.binding_light_built = side_ok
             for plan in plans:
                 plan.cleanup()
         self.note("parallel_passes", "used")
