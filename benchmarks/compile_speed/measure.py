@@ -14,7 +14,7 @@ compile lanes of a busy evaluator do.
 
 usage: measure.py [--reps 4] [--languages cuda,cpp] [--settings plain,all,both,pch,light]
                   [--parallel N] [--max-jobs 2] [--arch 9.0] [--work DIR] [--out FILE] [--steps FILE]
-                  [CANDIDATE.py...]
+                  [--failing] [CANDIDATE.py...]
 Prints markdown tables, rewritten after every row to --out and to $OUT/compile_speed.md when
 OUT is set, so a run cut short keeps what it measured.
 """
@@ -133,6 +133,9 @@ if _path:
 '''
 
 
+EXPECT_FAILURE = False  # --failing: the candidates do not compile, and how long that takes is measured
+
+
 class Worker:
     def __init__(self, platform_name, env):
         self.proc = subprocess.Popen([sys.executable, "-u", WORKER, "--platform", platform_name],
@@ -200,6 +203,7 @@ def main():
     parser.add_argument("--cache", default="", help="one cache directory per setting for all candidates (default: "
                                                     "a fresh one per candidate and setting)")
     parser.add_argument("--out", default="")
+    parser.add_argument("--failing", action="store_true", help="the candidates do not compile: time their failure")
     parser.add_argument("--steps", default="", help="append every compiler process of the builds to this file "
                         "(start, end, pid, command), one line each")
     parser.add_argument("candidates", nargs="*",
@@ -211,6 +215,8 @@ def main():
     for s in settings:
         if s not in SETTINGS:
             parser.error("unknown setting {} (plain, pch, light, both, all)".format(s))
+    global EXPECT_FAILURE
+    EXPECT_FAILURE = args.failing
     work = args.work or tempfile.mkdtemp(prefix="kbrl-compile-speed-")
     os.makedirs(work, exist_ok=True)
     env = dict(os.environ)
@@ -285,8 +291,9 @@ def compile_once(worker, text, language, setting, build_dir, cache):
     cpu0 = worker.children_cpu_s()
     reply = worker.call(job)
     cpu = worker.children_cpu_s() - cpu0
-    if reply.get("status") != "ok":
-        raise RuntimeError("{} {}: build failed: {}".format(language, setting, reply.get("error_message")))
+    if (reply.get("status") == "ok") == EXPECT_FAILURE or "compile_s" not in reply:
+        raise RuntimeError("{} {}: build {}: {}".format(language, setting, "failed" if not EXPECT_FAILURE else
+                                                        "did not fail", reply.get("error_message")))
     return Build(reply, cpu)
 
 
@@ -318,7 +325,10 @@ def compile_parallel(n, env, text, language, setting, base, cache):
 
 def steady(setting, builds):
     """The builds that show the steady state: with pch, those that used a ready PCH (with
-    parallel passes, the .cu's host-pass PCH too, where it applies)."""
+    parallel passes, the .cu's host-pass PCH too, where it applies); of failing builds
+    (--failing), those after the first two (each tier's PCH is made by then)."""
+    if EXPECT_FAILURE:
+        return builds[2:] or builds[-1:]
     if SETTINGS[setting]["pch"]:
         return [b for b in builds if b.metadata.get("pch") == "used"
                 and b.metadata.get("cuda_pch", "used").split(",")[-1] in ("used", "unsupported")]

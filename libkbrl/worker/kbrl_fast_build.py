@@ -426,16 +426,16 @@ class FastBuild:
             raise
         finally:
             if side is not None:
-                if not passes_ok and side.poll() is None:
-                    # This attempt failed: its binding object is of no use. ninja passes the
-                    # signal on to its compiler; what it leaves behind goes with the attempt.
+                if not passes_ok and binding is not None and side.poll() is None:
+                    # This attempt failed: its light binding object is of no use (one with the
+                    # full headers is, to the next attempt). ninja passes the signal on to its
+                    # compiler; what it leaves behind goes with the attempt.
                     side.terminate()
                     side.wait()
                     for out in others:
                         with contextlib.suppress(OSError):
                             os.remove(os.path.join(build_dir, out))
-                    if binding is not None:
-                        self.note("light_binding", "stopped")
+                    self.note("light_binding", "stopped")
                 else:
                     side_ok = side.wait() == 0
                     if binding is not None:
@@ -447,12 +447,14 @@ class FastBuild:
         return True
 
     def light_binding_cpath(self, build_dir):
-        """CPATH for compiling the binding file against this tier's light headers (and their
-        PCH, when ready), or None. The binding file is the candidate's cpp_sources (most often
-        declarations) and the pybind11 module: light_binding_header keeps every Python binding
-        header of torch, and this tier's shadow headers stand behind it."""
+        """CPATH for compiling the binding file against the minimal tier's light headers (and
+        their PCH, when ready), or None. The binding file is the candidate's cpp_sources (most
+        often declarations) and the pybind11 module: light_binding_header keeps every Python
+        binding header of torch, and the tier's shadow headers stand behind it. The types tier
+        saves less there, and a binding object built with the full headers serves every later
+        attempt of the call, so from that tier on it is built once, with the full PCH."""
         tier, shadow_dir = self.in_tier
-        if tier == "minimal" and clashes(self.cpp_sources, self.missing_ops):
+        if tier != "minimal" or clashes(self.cpp_sources, self.missing_ops):
             return None
         return self.ensure_pch(build_dir, binding=(tier, shadow_dir))
 
