@@ -22,8 +22,9 @@ Both configurations use eval_from_generations' settings: 5 correctness trials, 1
 cuda_event timing, fp32, backend cuda, KernelBench's default seed, and the exception handling of
 its evaluate_single_sample. They walk the same seeded order of the workload and start candidates
 while less than --budget seconds have passed (precompile: since its parallel build ended); the
-one in flight may run on until --budget + --grace, where it is cut and left out of the counts. Each candidate is appended to --out as one
-JSON line as soon as it is done, so a configuration stopped from outside keeps what it finished.
+one in flight may run on until --budget + --grace, where it is cut and left out of the counts.
+Each candidate is appended to --out as one JSON line as soon as it is done, so a configuration
+stopped from outside keeps what it finished.
 
 Build times: every call of torch.utils.cpp_extension.load_inline (and load) is timed by a thin
 wrapper that records its duration and passes arguments, results and exceptions through unchanged.

@@ -195,7 +195,6 @@ class FastBuild:
         build_dir = self.last_build_dir
         # A binding file built with the light headers goes too: the next attempt's are others.
         light_main = self.binding_light_built
-        self.binding_light_built = False
         if build_dir and os.path.isdir(build_dir):
             for f in os.listdir(build_dir):
                 if f.endswith(".cuda.o") or f == "{}.so".format(name) or (light_main and f == "main.o"):
@@ -349,9 +348,6 @@ class FastBuild:
         declares is there, and a binding file that uses anything of the frontend does not compile
         with it (and is built again with the full header). Defines under which torch/extension.h
         behaves otherwise pass on to it."""
-        if getattr(self, "_binding_header", False) is not False:
-            return self._binding_header
-        self._binding_header = None
         try:
             with open(os.path.join(self.include_dir, "torch", "csrc", "api", "include", "torch", "python.h")) as f:
                 text = f.read()
@@ -361,14 +357,13 @@ class FastBuild:
         kept = [h for h in includes if not h.startswith("torch/") or h.startswith("torch/csrc/") or h == "torch/types.h"]
         if "torch/types.h" not in kept or not any(h.startswith("torch/csrc/utils/pybind") for h in kept):
             return None
-        self._binding_header = (
+        return (
             "// kbrl light headers: stands in for torch/extension.h in the binding file of a build\n"
             "// whose CUDA source builds with light headers (libkbrl/worker/kbrl_fast_build.py).\n"
             "#if defined(TORCH_STABLE_ONLY) || defined(TORCH_TARGET_VERSION) || defined(TORCH_INDUCTOR_CPP_WRAPPER)\n"
             "#include_next <torch/extension.h>\n"
             "#elif !defined(KBRL_LIGHT_BINDING_H)\n#define KBRL_LIGHT_BINDING_H\n"
             + "".join("#include <{}>\n".format(h) for h in kept) + "#endif\n")
-        return self._binding_header
 
     # ---- nvcc's two front ends side by side ------------------------------------------------
 
@@ -410,12 +405,9 @@ class FastBuild:
             # there leaves it to the ninja run afterwards, with the full headers, to build or report.
             binding = self.light_binding_cpath(build_dir)
             cpath = binding if binding is not None else self.ensure_pch(build_dir) if self.pch else None
-            env = None
-            if cpath:
-                env = dict(os.environ)
-                env["CPATH"] = cpath + (":" + env["CPATH"] if env.get("CPATH") else "")
-            side = subprocess.Popen(["ninja", "-j", "1"] + others, cwd=build_dir, env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with prepended_env("CPATH", cpath, sep=":") if cpath else contextlib.nullcontext():
+                side = subprocess.Popen(["ninja", "-j", "1"] + others, cwd=build_dir,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         passes_ok = False
         try:
             for plan in plans:
