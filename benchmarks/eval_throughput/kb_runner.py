@@ -607,6 +607,9 @@ def run_verdicts(args):
     largest inputs again for the one on the GPU, fits in --gpu-memory-gib. A candidate whose
     evaluation ran out of GPU memory is evaluated again alone at the end, and both results kept."""
     candidates = sorted(load_workload(args.workload), key=lambda c: (c["problem"], c["sample"]))
+    carried = earlier_verdicts(args.resume) if args.resume else []
+    carried_files = {r["file"] for r in carried if r.get("type") == "candidate"}
+    candidates = [c for c in candidates if c["file"] not in carried_files]
     out = Output(args.out)
     budget = args.gpu_memory_gib * 2**30 if args.gpu_memory_gib > 0 else 0.85 * (gpu_memory_bytes() or 0)
     if budget <= 0:
@@ -624,7 +627,14 @@ def run_verdicts(args):
     out.write(meta_record(args, "kb-verdicts", candidates, {
         "workers": args.workers, "kb_timeout_s": args.kb_timeout, "concurrency": args.concurrency,
         "gpu_memory_budget_gib": budget / 2**30, "input_gib": {k: v and v / 2**30 for k, v in sizes.items()},
-        "candidate_cap_s": args.candidate_cap}))
+        "candidate_cap_s": args.candidate_cap, "resumed_from": args.resume or None,
+        "carried": sorted(carried_files)}))
+    for r in carried:
+        out.write(dict(r, carried_from=args.resume))
+    if not candidates:
+        out.write({"type": "end", "finished": time.time(), "wall_s": 0.0, "stopped": "all candidates done",
+                   "retried_alone": []})
+        return 0
     build_dir_of, per_dir, t0, _ = batch_compile_phase(args, candidates, out)
     print("[verdicts] built {} candidates in {:.0f} s".format(len(candidates), time.time() - t0), flush=True)
 
@@ -684,6 +694,24 @@ def run_verdicts(args):
     out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0,
                "stopped": "all candidates done", "retried_alone": [c["file"] for c in alone]})
     return 0
+
+
+def earlier_verdicts(path):
+    """What an earlier, stopped kb-verdicts run (its JSON lines) finished: the build phase records
+    and every record of each candidate whose evaluation finished, in their order. A candidate it
+    did not finish (or whose last evaluation ran out of GPU memory, not yet retried alone) is built
+    and evaluated again."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # a torn last line
+                pass
+    last = {r["file"]: r for r in rows if r.get("type") == "candidate" and r.get("status") == "done"}
+    finished = {f for f, r in last.items() if r.get("retry_of") or "out of memory" not in json.dumps(r).lower()}
+    return [r for r in rows if r.get("type") == "phase"
+            or (r.get("type") == "candidate" and r.get("file") in finished)]
 
 
 def gpu_arch_from_nvidia_smi():
@@ -771,6 +799,9 @@ def main():
     p.add_argument("--gpu-memory-gib", type=float, default=0.0,
                    help="GPU memory the processes may plan on (default: 85%% of nvidia-smi's total)")
     p.add_argument("--candidate-cap", type=float, default=1800, help="seconds one candidate's process may take")
+    p.add_argument("--resume", default="",
+                   help="the JSON lines of an earlier, stopped run: its finished candidates are carried over "
+                        "into --out and not evaluated again")
     p = sub.add_parser("order")
     p.add_argument("--workload", default=str(HERE / "workload"))
     p.add_argument("--seed", type=int, default=1)

@@ -17,7 +17,8 @@
 #   kb-verdicts    KernelBench's verdict and speedup on every candidate (not compared on throughput):
 #                  batch_compile of all, then evaluations KBT_CONCURRENCY at a time taking turns on
 #                  the GPU; about 25 minutes on one GPU, so run it with KBT_DEADLINE=0 in the
-#                  background (setsid) and poll <scratch>/logs/kb-verdicts.log
+#                  background (setsid) and poll <scratch>/logs/kb-verdicts.log; KBT_RESUME=<the
+#                  kb-verdicts.jsonl of a stopped run> carries over what it finished and does the rest
 #   build          configure and build kbrl-eval (the cuda preset)
 #   kbrl           kbrl-eval on the whole workload: a fresh --work-dir (cold caches), --gpus 0
 # A command on the GPU machine may run 9.5 minutes, so the script stops itself after KBT_DEADLINE
@@ -162,12 +163,17 @@ run_verdicts() {
     fi
     limit=$left
   fi
+  local extra=()
+  if [[ -n "${KBT_RESUME:-}" ]]; then
+    # Read before the file is replaced: it may be this folder's own kb-verdicts.jsonl.
+    cp "$KBT_RESUME" "$scratch/kb-verdicts-earlier.jsonl" || { note "kb-verdicts: cannot read KBT_RESUME=$KBT_RESUME"; return; }
+    extra+=(--resume "$scratch/kb-verdicts-earlier.jsonl")
+  fi
   rm -f "$out/kb-verdicts.jsonl"
   rm -rf "$scratch/kb-verdicts"
   note "kb-verdicts: every candidate${KBT_CONCURRENCY:+, $KBT_CONCURRENCY at a time}$( (( limit > 0 )) && echo ", limit $limit s")"
   start_gpu_sampler kb-verdicts
-  local extra=()
-  [[ -n "${KBT_CONCURRENCY:-}" ]] && extra=(--concurrency "$KBT_CONCURRENCY")
+  [[ -n "${KBT_CONCURRENCY:-}" ]] && extra+=(--concurrency "$KBT_CONCURRENCY")
   [[ -n "${KBT_KB_TIMEOUT:-}" ]] && extra+=(--kb-timeout "$KBT_KB_TIMEOUT")
   timeout --kill-after=15 "$limit" "${kb_env[@]}" "$python" "$here/kb_runner.py" verdicts \
     --checkout "$kb" --workload "$workload" --seed "$seed" --scratch "$scratch/kb-verdicts" \

@@ -146,15 +146,19 @@ def summarize_config(name, data):
         if not walls:
             s["per_minute"] = None
     elif name == "kb-verdicts":
-        phase = next((p for p in data["phases"] if p.get("name") == "compile"), None)
+        phase = merged_compile_phases(data["phases"])
         compile_s = [v for v in (phase or {}).get("compile_s", {}).values() if v is not None]
         if phase:
+            s["precompile_runs"] = phase["runs"]
             s["precompiled"] = len(phase.get("candidates", []))
             s["precompile_wall_s"] = phase["wall_s"]
             s["precompile_ok"] = sum(1 for ok in phase.get("compiled", {}).values() if ok)
             s["rebuilt_after_timeout"] = sorted(f for f, n in phase.get("builds", {}).items() if n > 1)
         s["per_minute"] = None  # not one of KernelBench's configurations: no throughput compared
-        s["retried_alone"] = (data["end"] or {}).get("retried_alone", [])
+        s["retried_alone"] = sorted({c["file"] for c in evaluated if c.get("retry_of")})
+        carried = {c["file"] for c in cands if c.get("carried_from")}
+        if carried:
+            s["carried"] = len(carried)
         active = [c["active_s"] for c in evaluated if c.get("active_s") is not None]
         s["active_s_max"] = max(active) if active else None
         s["over_kernelbench_timeout"] = sorted(c["file"] for c in evaluated if (c.get("active_s") or 0) > 180)
@@ -167,6 +171,22 @@ def summarize_config(name, data):
     s["compile_s_p90"] = percentile(compile_s, 0.9)
     s["compile_samples"] = len(compile_s)
     return s
+
+
+def merged_compile_phases(phases):
+    """The build phases of a run and of the stopped runs it resumed, as one: per candidate, the
+    last build's numbers; the wall times added up."""
+    phases = [p for p in phases if p.get("name") == "compile"]
+    if not phases:
+        return None
+    merged = {"runs": len(phases), "wall_s": sum(p.get("wall_s") or 0.0 for p in phases), "candidates": []}
+    for key in ("compile_s", "compiled", "builds"):
+        merged[key] = {}
+    for p in phases:
+        merged["candidates"] += [f for f in p.get("candidates", []) if f not in merged["candidates"]]
+        for key in ("compile_s", "compiled", "builds"):
+            merged[key].update(p.get(key) or {})
+    return merged
 
 
 def verdict(c):
@@ -322,6 +342,9 @@ def main():
             md.append("- {}: not counted: {}".format(name, ", ".join("{} ({})".format(x["file"], x["status"]) for x in s["not_evaluated"])))
         if s.get("stopped"):
             md.append("- {}: {}".format(name, s["stopped"]))
+        if s.get("carried"):
+            md.append("- {}: resumed: {} candidates were evaluated by an earlier run that was stopped, the rest by "
+                      "this one (build phases of {} runs)".format(name, s["carried"], s.get("precompile_runs", 1)))
         if s.get("retried_alone"):
             md.append("- {}: out of GPU memory beside other evaluations, evaluated again alone (the second result "
                       "counts): {}".format(name, ", ".join(s["retried_alone"])))

@@ -263,6 +263,48 @@ def test_summarize():
         check("Same machine (boot) for every folder: yes" in md, "one boot id over both folders")
 
 
+def test_resumed_verdicts():
+    """kb-verdicts resumed after a stop: what the stopped run finished is carried over (a candidate
+    whose evaluation ran out of GPU memory and was not yet retried alone is not), and summarize.py
+    counts both runs' candidates and build phases as one."""
+    f0, f1, f2, f3 = ("level_1_problem_19_sample_0_kernel.py", "level_1_problem_19_sample_3_kernel.py",
+                      "level_1_problem_40_sample_2_kernel.py", "level_1_problem_1_sample_1_kernel.py")
+    phase1 = {"type": "phase", "name": "compile", "wall_s": 300.0, "candidates": [f0, f1, f2, f3],
+              "compiled": {f0: True, f1: False, f2: True, f3: True}, "compile_s": {f0: 80.0, f1: 60.0, f2: 90.0, f3: 100.0}}
+    with tempfile.TemporaryDirectory() as tmp:
+        earlier = Path(tmp) / "earlier.jsonl"
+        earlier.write_text("".join(json.dumps(r) + "\n" for r in [
+            {"type": "meta", "config": "kb-verdicts", "started": 0.0}, phase1,
+            dict(cand(f0, "as_is", 400.0, True, True, speedup=2.0), active_s=120.0),
+            dict(cand(f1, "compile_error", 90.0, False, False), active_s=90.0),
+            dict(cand(f3, "variant", 50.0, True, False), active_s=50.0, error="CUDA out of memory. Tried to allocate"),
+            cand(f2, "wrong", 10.0, None, None, status="killed")]) + '{"type": "candidate", "fi')
+        carried = kb_runner.earlier_verdicts(str(earlier))
+        files = [r.get("file") for r in carried if r["type"] == "candidate"]
+        check(files == [f0, f1], "carried: the two finished, not the one out of memory nor the killed one: {}".format(files))
+        check([r["type"] for r in carried].count("phase") == 1, "the build phase is carried")
+        d = Path(tmp) / "run"
+        d.mkdir()
+        write_jsonl(d / "kb-verdicts.jsonl", [{"type": "meta", "config": "kb-verdicts", "started": 1000.0}]
+                    + [dict(r, carried_from=str(earlier)) for r in carried] + [
+            {"type": "phase", "name": "compile", "wall_s": 100.0, "candidates": [f2, f3],
+             "compiled": {f2: True, f3: True}, "compile_s": {f2: 70.0, f3: 50.0}},
+            dict(cand(f2, "wrong", 60.0, True, False), active_s=60.0),
+            dict(cand(f3, "variant", 50.0, True, True, speedup=1.0), active_s=40.0),
+            {"type": "end", "finished": 1300.0, "wall_s": 300.0, "stopped": "all candidates done", "retried_alone": []}])
+        out = Path(tmp) / "results.md"
+        res = subprocess.run([sys.executable, str(HERE / "summarize.py"), "-o", str(out), str(d)],
+                             capture_output=True, text=True)
+        check(res.returncode == 0, "summarize.py runs: " + res.stderr[-2000:])
+        if res.returncode != 0:
+            return
+        s = json.loads(out.with_suffix(".json").read_text())["summaries"]["kb-verdicts"]
+        check(s["evaluated"] == 4 and s.get("carried") == 2, "four evaluated, two of them carried: {}".format(s))
+        check(s["precompile_runs"] == 2 and s["precompile_wall_s"] == 400.0, "both build phases counted")
+        check(s["compile_s_median"] == 65.0, "per candidate the last build's seconds: {}".format(s["compile_s_median"]))
+        check("resumed: 2 candidates" in out.read_text(), "results.md says the run was resumed")
+
+
 TURNS_CHILD = r"""
 import json, sys, time, types
 sys.path.insert(0, sys.argv[1])
@@ -334,7 +376,7 @@ def test_gpu_turns():
 
 
 def main():
-    tests = (test_sample_order, test_arch_names, test_kb_import, test_gpu_turns, test_summarize)
+    tests = (test_sample_order, test_arch_names, test_kb_import, test_gpu_turns, test_summarize, test_resumed_verdicts)
     failed_tests = 0
     for test in tests:
         before = len(FAILED)
