@@ -87,13 +87,17 @@ class FastBuild:
         self.parallel = self.light and bool(settings.get("parallel_passes"))
         self.root = settings.get("dir") or ""
         self.log_dir = log_dir
-        self.events = {"pch": [], "light_headers": [], "parallel_passes": [], "cuda_pch": [], "light_binding": []}
+        self.events = {"pch": [], "light_headers": [], "parallel_passes": [], "cuda_pch": [], "light_binding": [],
+                       "light_skipped": []}
         self.active = False
         self.in_tier = None  # (tier, shadow directory) while a light tier's attempt is building
         self.cpp_sources = None  # the load_inline call's, for the binding file's clash check
         self.binding_light_built = False  # this attempt's binding file was built with light headers
+        self.pass_failure = None  # the compiler's output where this attempt's passes failed
         self.last_build_dir = None
         self.missing_ops = frozenset()
+        self.light_base = None  # <dir>/light/<key>, where light_tiers wrote the shadow headers
+        self.beyond_minimal = None  # names_beyond_minimal's set, once read
         self.original_load_inline = cpp_extension.load_inline
         self.original_run_ninja = getattr(cpp_extension, "_run_ninja_build", None)
         if not self.root:
@@ -129,7 +133,9 @@ class FastBuild:
         load_inline call. pch: used, built (and used), deferred (the first build with these
         flags: none built yet), busy (another compile is building it), failed (g++ could not
         build it or will not use it), unsupported (not g++, no build.ninja to read).
-        light_headers: minimal or types (the tier that built), fallback (torch's own headers)."""
+        light_headers: minimal or types (the tier that built), fallback (torch's own headers).
+        light_skipped: types, where the minimal tier's compile errors were none that a fuller tier
+        could mend (see may_lack_declarations)."""
         return {k: ",".join(v) for k, v in self.events.items() if v}
 
     def note(self, what, event):
@@ -165,6 +171,7 @@ class FastBuild:
                 first = False
                 self.last_build_dir = None
                 self.binding_light_built = False
+                self.pass_failure = None
                 self.in_tier = (tier, shadow_dir)
                 try:
                     with prepended_env("NVCC_PREPEND_FLAGS", "-isystem " + shlex.quote(shadow_dir)), \
@@ -172,6 +179,12 @@ class FastBuild:
                         module = self.original_load_inline(*call_args, **call_kwargs)
                 except Exception:
                     self.forget(name)
+                    if tier == "minimal" and self.pass_failure is not None \
+                            and not may_lack_declarations(self.pass_failure, self.names_beyond_minimal):
+                        # An error of the source itself: the types tier would fail the same way,
+                        # and only the full headers' build gives the plain build's message.
+                        self.note("light_skipped", "types")
+                        break
                     continue
                 finally:
                     self.in_tier = None
@@ -413,8 +426,9 @@ class FastBuild:
             for plan in plans:
                 plan.run()
             passes_ok = True
-        except Exception:
+        except Exception as e:
             self.note("parallel_passes", "failed")
+            self.pass_failure = getattr(e, "output", None)
             raise
         finally:
             if side is not None:
@@ -491,8 +505,82 @@ class FastBuild:
         except (OSError, ValueError):
             missing = None
         self.missing_ops = frozenset(missing or ())
+        self.light_base = base
         # Without the list the minimal tier cannot be checked for clashes: not used.
         return [(t, os.path.join(base, t)) for t in TIERS if t in preludes and (t != "minimal" or missing is not None)]
+
+
+    def names_beyond_minimal(self):
+        """Every identifier in the headers that torch/extension.h includes and the minimal tier
+        does not (under nvcc's host and device macros too): the names a fuller tier could declare,
+        or declare more of. Worked out once per torch, on first use; None when the compiler cannot
+        tell (or another compile is working it out)."""
+        if self.beyond_minimal is not None or self.light_base is None:
+            return self.beyond_minimal
+        path = os.path.join(self.light_base, "beyond-minimal-names.txt")
+        if os.path.exists(path + ".failed"):
+            return None
+        if not os.path.exists(path):
+            with open(path + ".lock", "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    return None
+                if not os.path.exists(path):
+                    names = header_names_beyond(os.path.join(self.light_base, "minimal"), self.include_dir,
+                                                cuda_include_dirs(self.ce))
+                    if names is None:
+                        open(path + ".failed", "w").close()
+                        return None
+                    tmp = "{}.tmp-{}".format(path, os.getpid())
+                    with open(tmp, "w") as f:
+                        f.write("\n".join(sorted(names)) + "\n")
+                    os.rename(tmp, path)
+        with open(path) as f:
+            self.beyond_minimal = frozenset(f.read().split())
+        return self.beyond_minimal
+
+
+def cuda_include_dirs(cpp_extension):
+    home = getattr(cpp_extension, "CUDA_HOME", None)
+    return [d for d in (os.path.join(home, "include"), os.path.join(home, "targets", "x86_64-linux", "include"))
+            if os.path.isdir(d)] if home else []
+
+
+def header_names_beyond(minimal_dir, include_dir, cuda_dirs):
+    """The identifiers of the headers that torch/extension.h includes and the minimal tier's
+    torch/types.h does not, under the host compiler's macros and nvcc's of both passes; None
+    when g++ cannot list them."""
+    import sysconfig
+
+    includes = [include_dir, os.path.join(include_dir, "torch", "csrc", "api", "include"),
+                sysconfig.get_paths().get("include", "")] + cuda_dirs
+    variants = ([], ["-D__CUDACC__", "-D__NVCC__"], ["-D__CUDACC__", "-D__NVCC__", "-D__CUDA_ARCH__=900"])
+
+    def closure(entry, first):
+        files = set()
+        for macros in variants:
+            command = ["c++", "-M", "-MG", "-std=c++17"] + macros + ["-isystem" + d for d in first + includes if d] \
+                + ["-x", "c++", entry]
+            try:
+                proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=300)
+            except (OSError, subprocess.SubprocessError):
+                return None
+            if proc.returncode != 0:
+                return None
+            files.update(depfile_inputs(proc.stdout.decode("utf-8", "replace")))
+        return files
+
+    full = closure(os.path.join(include_dir, "torch", "extension.h"), [])
+    minimal = closure(os.path.join(minimal_dir, "torch", "types.h"), [minimal_dir])
+    if full is None or minimal is None:
+        return None
+    names = set()
+    for path in full - minimal:
+        with contextlib.suppress(OSError):
+            with open(path, errors="replace") as f:
+                names.update(re.findall(r"[A-Za-z_]\w*", f.read()))
+    return names
 
 
 # What an ATen operator's per-operator headers are called, apart from the one that declares
@@ -568,6 +656,56 @@ def ninja_edges(build_dir):
     return edges
 
 
+class PassFailed(RuntimeError):
+    """A step of nvcc's passes failed; output: what the failed pass's compilers printed."""
+
+    def __init__(self, message, output):
+        super().__init__(message)
+        self.output = output
+
+
+# Compile errors (EDG's wording in cudafe++ and cicc, GCC's in the host compile) that a
+# declaration missing from a light tier can cause: a name not found, a type left incomplete, an
+# overload or a template not seen, or one that would have been preferred.
+DECLARATION_ERRORS = re.compile("|".join((
+    r"is undefined", r"has no member", r"incomplete", r"is not a template", r"no instance of",
+    r"no operator", r"more than one", r"ambiguous", r"explicit type is missing", r"is not a type name",
+    r"class or namespace name", r"expected a type specifier", r"not declared", r"is not a member",
+    r"does not name", r"no matching", r"no match for", r"has not been declared", r"not a namespace",
+    r"not a template", r"undeclared", r"unknown type",
+)))
+# Those of them that name what was not found, or had no fitting overload: a fuller tier can help
+# only if its headers mention that name at all.
+NAMED_ERRORS = (
+    re.compile(r'identifier "([^"]+)" is undefined'),
+    re.compile(r'has no member(?: [a-z ]+)? "([^"]+)"'),
+    re.compile(r'no instance of (?:overloaded function|function template) "([^"]+)"'),
+    re.compile(r"[\u2018'`]([^\u2019']+)[\u2019'] (?:was not declared|is not a member of|does not name a|has not been declared)"),
+)
+
+
+def may_lack_declarations(output, names_beyond=None):
+    """Whether a light tier's compile errors (a failed pass's output) may come from what the tier
+    leaves out, so that a fuller tier might compile the source: true unless there are errors and
+    none of them is of a kind a missing declaration can cause (too many arguments, a type
+    mismatch, a syntax error...) or names something that no header beyond the tier mentions
+    (names_beyond: a function returning those headers' identifiers, or None). Only a guess at
+    which attempt to make next: the full headers' build has the last word either way."""
+    errors = [m.group(1) for m in re.finditer(r"(?:^|[:)] )(?:fatal )?error(?: #[\w-]+)?: ?(.*)$", output, re.M)]
+    if not errors:
+        return True
+    for error in errors:
+        named = next((m.group(1) for m in (r.search(error) for r in NAMED_ERRORS) if m), None)
+        if named is not None:
+            name = re.sub(r"<.*", "", named).split("::")[-1].strip()
+            known = names_beyond() if names_beyond is not None else None
+            if known is None or name in known:
+                return True
+        elif DECLARATION_ERRORS.search(error):
+            return True
+    return False
+
+
 class NvccPlan:
     """One CUDA object built from nvcc's steps (argument lists): `host` (preprocess, cudafe++)
     and `device` (preprocess, cicc, ptxas per architecture, fatbinary) side by side, then
@@ -622,7 +760,7 @@ class NvccPlan:
                 os.remove(os.path.join(self.build_dir, self.out))
             with open(logs[failed], "rb") as f:
                 text = f.read().decode("utf-8", "replace")
-            raise RuntimeError("Error building extension: the {} pass of {} failed:\n{}".format(failed, self.out, text))
+            raise PassFailed("Error building extension: the {} pass of {} failed:\n{}".format(failed, self.out, text), text)
         deps, seen = [], set()
         for path in self.depfiles:
             with open(path) as f:

@@ -282,9 +282,11 @@ class ModelNew(nn.Module):
       // pybind11 comes only with torch/extension.h (torch/python.h).
       {"pybind11", "", "py::gil_scoped_release no_gil;", "fallback", "failed,failed", "",
        "minimal|stopped"},
-      // A real compile error: the verdict and the message are the plain build's.
-      {"broken", "", "undefined_function_of_the_candidate(xc);", "fallback", "failed,failed", "",
-       "minimal|stopped"},
+      // A real compile error: the verdict and the message are the plain build's. No header beyond
+      // the minimal tier mentions the name that is not found: straight to the full headers.
+      {"broken", "", "undefined_function_of_the_candidate(xc);", "fallback", "failed", "", "minimal|stopped"},
+      // An error no declaration can mend (too many arguments): likewise.
+      {"mismatch", "", "(void)xc.numel(1);", "fallback", "failed", "", "minimal|stopped"},
       // The candidate's own relu(const Tensor&) next to at::relu: with the full headers the call
       // is ambiguous (a compile error); the minimal headers, which lack at::relu, would accept
       // it. Such a source skips the minimal tier, and the result is the plain build's.
@@ -335,11 +337,14 @@ class ModelNew(nn.Module):
     CHECK(fast[i].metadata["compile_cuda_pch"] == cases[i].cuda_pch);
     CHECK(plain[i].metadata.count("compile_light_binding") == 0);
     CHECK(std::regex_match(fast[i].metadata["compile_light_binding"], std::regex(cases[i].light_binding)));
-    if (cases[i].id == "broken" || cases[i].id == "clash") {
+    CHECK(fast[i].metadata["compile_light_skipped"] == (cases[i].id == "broken" || cases[i].id == "mismatch" ? "types" : ""));
+    if (cases[i].id == "broken" || cases[i].id == "mismatch" || cases[i].id == "clash") {
       CHECK_FALSE(fast[i].compiled);
       CHECK(fast[i].error_category == core::ErrorCategory::compile);
-      CHECK(fast[i].error_message.find(cases[i].id == "broken" ? "undefined_function_of_the_candidate" : "relu") !=
-            std::string::npos);
+      const char* named = cases[i].id == "broken" ? "undefined_function_of_the_candidate"
+                          : cases[i].id == "mismatch" ? "too many arguments"
+                                                      : "relu";
+      CHECK(fast[i].error_message.find(named) != std::string::npos);
       // The light attempts' own errors are not part of it.
       CHECK(fast[i].error_message.find("/light/") == std::string::npos);
     } else {

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""After a CUDA source fails to compile with the minimal tier's light headers
+(kbrl_fast_build.py), the types tier is tried only where a fuller tier's declarations could mend
+the errors: a name not found, an overload not matched, a type left incomplete, and for errors that
+name what was not found, only where a header beyond the minimal tier mentions that name at all.
+Checked here on the names worked out from the installed torch's headers (header_names_beyond)
+and on compiler messages of both front ends' wording (EDG in cudafe++ and cicc, GCC in the host
+compile). Whichever attempt comes next, the full headers' build has the last word; this decides
+only how much a failing candidate costs.
+
+usage: light_tier_errors.py WORK_DIR   (exit status 0 when every check passed; needs g++)
+"""
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "libkbrl", "worker"))
+
+import torch  # noqa: E402
+
+import kbrl_fast_build  # noqa: E402
+
+FAILED = []
+
+
+def check(condition, what):
+    print(("ok   " if condition else "FAIL ") + what)
+    if not condition:
+        FAILED.append(what)
+
+
+# (compiler output, whether a fuller tier might compile the source)
+MESSAGES = [
+    ('k.cu(12): error: identifier "undefined_function_of_the_candidate" is undefined\n', False),
+    ('k.cu(41): error: identifier "negative_slope_" is undefined\n', False),
+    ('k.cu(3): error: namespace "at" has no member "flatten"\n', True),
+    ('k.cu(3): error: namespace "std" has no member "cout"\n', True),
+    ('k.cu(7): error: identifier "py" is undefined\n', True),
+    ('k.cu(40): error: too many arguments in function call\n', False),
+    ('k.cu(66): error: too few arguments in function call\n', False),
+    ('k.cu(15): error #167-D: argument of type "const float *" is incompatible with parameter of type "float"\n', False),
+    ('k.cu(69): error: a pointer to a bound function may only be used to call the function\n', False),
+    ('k.cu(46): error: expected a ";"\n1 error detected in the compilation of "k.cu".\n', False),
+    ('k.cu(38): error: no instance of overloaded function "__shfl_xor_sync" matches the argument list\n', False),
+    ('k.cu(77): error: no instance of function template "my_kernel<T>" matches the argument list\n', False),
+    ('k.cu(119): error: no instance of overloaded function "std::min" matches the argument list\n', True),
+    ('k.cu(9): error: no operator "<<" matches these operands\n', True),
+    ('k.cu(9): error: incomplete type "at::cuda::CUDAStream" is not allowed\n', True),
+    # one mendable error among others is enough
+    ('k.cu(55): error: expected a ")"\nk.cu(57): error: namespace "torch" has no member "sum"\n', True),
+    ("k.cudafe1.cpp:12:3: error: \u2018frobnicate_x\u2019 was not declared in this scope\n", False),
+    ("k.cudafe1.cpp:12:3: error: 'cout' is not a member of 'std'\n", True),
+    ("k.cudafe1.cpp:12:3: error: expected ';' before '}' token\n", False),
+    # no error line to judge by (a crash, a ptxas message): try the next tier
+    ("Segmentation fault (core dumped)\n", True),
+    ("ptxas error   : Entry function uses too much shared data\n", True),
+]
+
+
+def main():
+    work = sys.argv[1] if len(sys.argv) > 1 else "light_tier_errors"
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    fast = kbrl_fast_build.FastBuild(torch, {"light_headers": True, "dir": work}, work)
+    if not fast.light:
+        print("skipped: this torch builds no CUDA sources")
+        return 0
+    tiers = dict(fast.light_tiers())
+    check("minimal" in tiers, "the minimal tier is written")
+    names = fast.names_beyond_minimal()
+    check(names is not None and len(names) > 1000, "names beyond the minimal tier: {}".format(len(names or ())))
+    names = names or frozenset()
+    for name in ("flatten", "matmul", "cout", "gil_scoped_release", "min"):
+        check(name in names, "{} is declared beyond the minimal tier".format(name))
+    for name in ("__shfl_xor_sync", "threadIdx", "undefined_function_of_the_candidate"):
+        check(name not in names, "{} is not".format(name))
+    check(fast.names_beyond_minimal() is names and os.path.exists(os.path.join(fast.light_base, "beyond-minimal-names.txt")),
+          "worked out once, kept with the shadow headers")
+    again = kbrl_fast_build.FastBuild(torch, {"light_headers": True, "dir": work}, work)
+    again.light_tiers()
+    check(again.names_beyond_minimal() == names, "a later compile reads the same names")
+    for output, want in MESSAGES:
+        got = kbrl_fast_build.may_lack_declarations(output, fast.names_beyond_minimal)
+        check(got == want, "{} -> {}".format(output.strip().splitlines()[-1][:90], "try types" if got else "skip types"))
+    check(kbrl_fast_build.may_lack_declarations('k.cu(12): error: identifier "kBlock" is undefined\n', lambda: None),
+          "without the names, a name not found may be a missing declaration")
+    print("{} failed".format(len(FAILED)) if FAILED else "all passed")
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
