@@ -41,8 +41,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 FORMAT = 1  # bumped when the PCH recipe or the shadow headers change
+PCH_WAIT_S = 240  # how long a binding file built beside the passes waits for a PCH being built
 
 # Tiers of shadow headers, lightest first. A tier replaces the headers named in SHADOWED[tier]
 # with its prelude; everything in a prelude is one of torch's own headers (so a name that
@@ -233,12 +235,15 @@ class FastBuild:
 
     # ---- precompiled torch/extension.h ------------------------------------------------------
 
-    def ensure_pch(self, build_dir, binding=None):
+    def ensure_pch(self, build_dir, binding=None, cancel=None):
         """The directories to put on CPATH for the binding file's compile (":"-joined), or None.
         Builds the PCH when this flag set has none yet and no other compile is building it.
         binding: (tier, shadow directory) for the light binding file (light_binding_header):
         its header stands in for torch/extension.h, the tier's shadow headers behind it, and the
-        result is on CPATH whether or not its PCH is ready yet."""
+        result is on CPATH whether or not its PCH is ready yet. cancel: a threading.Event, for a
+        compile off the critical path (beside nvcc's passes): while another compile builds the
+        PCH, this one waits for it (up to PCH_WAIT_S, or until cancel is set) instead of parsing
+        the headers itself, as a burst of first builds would all do."""
         ninja = read_ninja_variables(os.path.join(build_dir, "build.ninja"))
         main_cpp = os.path.join(build_dir, "main.cpp")
         if ninja is None or "cxx" not in ninja or "cflags" not in ninja or not os.path.exists(main_cpp):
@@ -298,14 +303,18 @@ class FastBuild:
             self.note("pch", "deferred")
             return found
         with open(os.path.join(pch_dir, key + ".lock"), "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                self.note("pch", "busy")  # another compile is building it: parse as usual
-                return found
+            waited = False
+            if not try_lock(lock):
+                waited = cancel is not None and wait_for_lock(lock, cancel)
+                if not waited:
+                    self.note("pch", "busy")  # another compile is building it: parse as usual
+                    return found
             if ready():
-                self.note("pch", "used")
+                self.note("pch", "waited" if waited else "used")
                 return cpath
+            if os.path.exists(os.path.join(pch_dir, key + ".failed")):
+                self.note("pch", "failed")
+                return found
             for f in os.listdir(os.path.dirname(gch)):  # left by a build that was killed
                 if f.startswith("extension.h.gch.tmp-"):
                     with contextlib.suppress(OSError):
@@ -315,8 +324,8 @@ class FastBuild:
             with open(stub, "w") as f:
                 f.write("#include <torch/extension.h>\n")
             command = cxx + flags + ["-x", "c++-header", stub if binding is None else forward, "-o", tmp] + post
-            with prepended_env("CPATH", binding[1], sep=":") if binding else contextlib.nullcontext():
-                proc = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            proc = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  env=env_prepended("CPATH", binding[1], ":") if binding else None)
             with open(os.path.join(pch_dir, key + ".log"), "wb") as f:
                 f.write((shlex.join(command) + "\n").encode() + proc.stdout)
             if proc.returncode != 0 or not os.path.exists(tmp):
@@ -341,8 +350,8 @@ class FastBuild:
                 f.write("#include <torch/extension.h>\n")
             command = cxx + flags + ["-DTORCH_EXTENSION_NAME=kbrl_pch_probe", "-Winvalid-pch", "-Werror=invalid-pch",
                                      "-fsyntax-only", probe] + post
-            with prepended_env("CPATH", cpath, sep=":"):
-                check = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            check = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   env=env_prepended("CPATH", cpath, ":"))
             if check.returncode != 0:
                 with contextlib.suppress(OSError):
                     os.remove(gch)
@@ -412,15 +421,9 @@ class FastBuild:
                 plan.prefix_pch = PrefixPch(self.root, functools.partial(self.note, "cuda_pch"))
             plans.append(plan)
         others = [out for out, rule, _ in edges if rule == "compile"]
-        side, binding = None, None
-        if others:
-            # The binding file meanwhile, with this tier's light headers where it can. A failure
-            # there leaves it to the ninja run afterwards, with the full headers, to build or report.
-            binding = self.light_binding_cpath(build_dir)
-            cpath = binding if binding is not None else self.ensure_pch(build_dir) if self.pch else None
-            with prepended_env("CPATH", cpath, sep=":") if cpath else contextlib.nullcontext():
-                side = subprocess.Popen(["ninja", "-j", "1"] + others, cwd=build_dir,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The binding file meanwhile, with this tier's light headers where it can. A failure there
+        # leaves it to the ninja run afterwards, with the full headers, to build or report.
+        side = SideBuild(self, build_dir, others) if others else None
         passes_ok = False
         try:
             for plan in plans:
@@ -432,27 +435,13 @@ class FastBuild:
             raise
         finally:
             if side is not None:
-                if not passes_ok and binding is not None and side.poll() is None:
-                    # This attempt failed: its light binding object is of no use (one with the
-                    # full headers is, to the next attempt). ninja passes the signal on to its
-                    # compiler; what it leaves behind goes with the attempt.
-                    side.terminate()
-                    side.wait()
-                    for out in others:
-                        with contextlib.suppress(OSError):
-                            os.remove(os.path.join(build_dir, out))
-                    self.note("light_binding", "stopped")
-                else:
-                    side_ok = side.wait() == 0
-                    if binding is not None:
-                        self.note("light_binding", self.in_tier[0] if side_ok else "fallback")
-                        self.binding_light_built = side_ok
+                side.finish(stop=not passes_ok)
             for plan in plans:
                 plan.cleanup()
         self.note("parallel_passes", "used")
         return True
 
-    def light_binding_cpath(self, build_dir):
+    def light_binding_cpath(self, build_dir, cancel=None):
         """CPATH for compiling the binding file against the minimal tier's light headers (and
         their PCH, when ready), or None. The binding file is the candidate's cpp_sources (most
         often declarations) and the pybind11 module: light_binding_header keeps every Python
@@ -462,7 +451,7 @@ class FastBuild:
         tier, shadow_dir = self.in_tier
         if tier != "minimal" or clashes(self.cpp_sources, self.missing_ops):
             return None
-        return self.ensure_pch(build_dir, binding=(tier, shadow_dir))
+        return self.ensure_pch(build_dir, binding=(tier, shadow_dir), cancel=cancel)
 
     # ---- shadow headers for CUDA sources ----------------------------------------------------
 
@@ -654,6 +643,81 @@ def ninja_edges(build_dir):
             command = commands[0]
         edges.append((out, rule, command))
     return edges
+
+
+class SideBuild:
+    """The binding file's compile (`ninja -j 1 <objects>`) beside nvcc's passes, started from a
+    thread: it may wait for a PCH that another compile is building (ensure_pch's cancel)."""
+
+    def __init__(self, fast, build_dir, objects):
+        self.fast, self.build_dir, self.objects = fast, build_dir, objects
+        self.tier = fast.in_tier[0] if fast.in_tier else None
+        self.cancel = threading.Event()
+        self.proc = None
+        self.light = False  # compiled with the light binding header
+        self.thread = threading.Thread(target=self.start, daemon=True)
+        self.thread.start()
+
+    def start(self):
+        fast = self.fast
+        cpath = None
+        try:
+            cpath = fast.light_binding_cpath(self.build_dir, self.cancel)
+            self.light = cpath is not None
+            if cpath is None and fast.pch:
+                cpath = fast.ensure_pch(self.build_dir, cancel=self.cancel)
+        except Exception:  # the ninja run afterwards builds what is missing, as usual
+            self.light, cpath = False, None
+        if not self.cancel.is_set():
+            self.proc = subprocess.Popen(["ninja", "-j", "1"] + self.objects, cwd=self.build_dir,
+                                         env=env_prepended("CPATH", cpath, ":") if cpath else None,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def finish(self, stop):
+        """Waits for the compile; stop (the passes failed): a light binding compile is of no use
+        (the next attempt builds one with the full headers), so it is stopped, or not started.
+        ninja passes the signal on to its compiler; what it leaves behind goes with the attempt."""
+        fast = self.fast
+        if stop:
+            self.cancel.set()
+        self.thread.join()
+        proc = self.proc
+        if proc is None:  # cancelled while it waited for a PCH
+            if self.light:
+                fast.note("light_binding", "stopped")
+            return
+        if stop and self.light and proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+            for out in self.objects:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.build_dir, out))
+            fast.note("light_binding", "stopped")
+            return
+        ok = proc.wait() == 0
+        if self.light:
+            fast.note("light_binding", self.tier if ok else "fallback")
+            fast.binding_light_built = ok
+
+
+def try_lock(lock):
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def wait_for_lock(lock, cancel, limit=None):
+    """Takes the lock once its holder lets go; False when `cancel` is set or the wait passes
+    `limit` seconds (PCH_WAIT_S) first."""
+    deadline = time.monotonic() + (PCH_WAIT_S if limit is None else limit)
+    while not cancel.wait(0.2):
+        if try_lock(lock):
+            return True
+        if time.monotonic() > deadline:
+            return False
+    return False
 
 
 class PassFailed(RuntimeError):
@@ -1068,6 +1132,13 @@ def compiler_identity(cxx):
 
 def sha256(text):
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def env_prepended(name, value, sep=" "):
+    """A copy of this process's environment with `value` put before what `name` holds."""
+    env = dict(os.environ)
+    env[name] = value if not env.get(name) else value + sep + env[name]
+    return env
 
 
 @contextlib.contextmanager

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""After a CUDA source fails to compile with the minimal tier's light headers
+"""Policies of kbrl_fast_build.py's compile accelerations.
+
+After a CUDA source fails to compile with the minimal tier's light headers
 (kbrl_fast_build.py), the types tier is tried only where a fuller tier's declarations could mend
 the errors: a name not found, an overload not matched, a type left incomplete, and for errors that
 name what was not found, only where a header beyond the minimal tier mentions that name at all.
@@ -8,11 +10,17 @@ and on compiler messages of both front ends' wording (EDG in cudafe++ and cicc, 
 compile). Whichever attempt comes next, the full headers' build has the last word; this decides
 only how much a failing candidate costs.
 
-usage: light_tier_errors.py WORK_DIR   (exit status 0 when every check passed; needs g++)
+A binding file compiled beside nvcc's passes waits for a PCH that another compile is building
+(the lock's holder), and stops waiting when its attempt is over (cancel) or after a limit.
+
+usage: fast_build_policies.py WORK_DIR   (exit status 0 when every check passed; needs g++)
 """
+import fcntl
 import os
 import shutil
 import sys
+import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "libkbrl", "worker"))
@@ -58,6 +66,28 @@ MESSAGES = [
 ]
 
 
+def check_pch_wait(work):
+    path = os.path.join(work, "pch.lock")
+    holder = open(path, "a")
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another compile building the PCH
+    threading.Timer(0.6, holder.close).start()  # ... lets go when it is done
+    with open(path, "a") as lock:
+        check(not kbrl_fast_build.try_lock(lock), "the lock is held")
+        start = time.monotonic()
+        got = kbrl_fast_build.wait_for_lock(lock, threading.Event())
+        check(got and 0.5 < time.monotonic() - start < 5, "the waiter takes the lock when its holder lets go")
+    holder = open(path, "a")
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    with open(path, "a") as lock:
+        start = time.monotonic()
+        check(not kbrl_fast_build.wait_for_lock(lock, cancel) and time.monotonic() - start < 5,
+              "a cancelled wait ends without the lock")
+        check(not kbrl_fast_build.wait_for_lock(lock, threading.Event(), limit=0.3), "so does one past its limit")
+    holder.close()
+
+
 def main():
     work = sys.argv[1] if len(sys.argv) > 1 else "light_tier_errors"
     shutil.rmtree(work, ignore_errors=True)
@@ -85,6 +115,7 @@ def main():
         check(got == want, "{} -> {}".format(output.strip().splitlines()[-1][:90], "try types" if got else "skip types"))
     check(kbrl_fast_build.may_lack_declarations('k.cu(12): error: identifier "kBlock" is undefined\n', lambda: None),
           "without the names, a name not found may be a missing declaration")
+    check_pch_wait(work)
     print("{} failed".format(len(FAILED)) if FAILED else "all passed")
     return 1 if FAILED else 0
 
