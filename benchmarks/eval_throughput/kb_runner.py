@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -368,6 +369,8 @@ class OneProcess:
         except (OSError, ValueError):
             payload = {"result": None, "error": "the process exited with {} and wrote no result".format(rc)}
         result = payload.get("result")
+        if result is None and payload.get("retry"):
+            payload["retry_error"] = retry_error(Path(self.log.name).read_text(errors="replace"))
         if result is None:
             status = "kernelbench asked for a retry" if payload.get("retry") else "no result: " + str(payload.get("error", ""))[:300]
         else:
@@ -419,9 +422,18 @@ def run_fresh(args):
                 break
             continue
         out.write(candidate_record(c, one.started, one.finished, result, status, compile_s,
-                                   {"index": i, "exit_code": rc, "kernelbench_import": payload.get("kernelbench_import")}))
+                                   {"index": i, "exit_code": rc, "kernelbench_import": payload.get("kernelbench_import"),
+                                    "retry_error": payload.get("retry_error")}))
     out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0, "stopped": stopped})
     return 0
+
+
+def retry_error(log_text):
+    """What KernelBench printed when it asked for a retry: eval_kernel_against_ref does so when
+    the candidate's build raised an error whose message contains "lock" or "No such file or
+    directory" (its test for a concurrent build's lock file), and returns no result."""
+    m = re.search(r"Please retry\. Error: ", log_text)
+    return log_text[m.end():m.end() + 4000] if m else None
 
 
 def run_one(args):
@@ -650,6 +662,7 @@ def run_verdicts(args):
         result, status, payload, eval_build_s = one.finish(rc)
         wait = payload.get("gpu_wait_s")
         extra = {"eval_build_s": eval_build_s, "gpu_wait_s": wait, "gpu_turns": payload.get("gpu_turns"),
+                 "retry_error": payload.get("retry_error"),
                  "active_s": one.finished - one.started - (wait or 0.0), "concurrent": len(running) + 1,
                  "kernelbench_import": payload.get("kernelbench_import")}
         if retry_of:

@@ -20,8 +20,10 @@ taking turns on the GPU) is compared on verdicts and speedups only, not on throu
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
+import tarfile
 from pathlib import Path
 
 CONFIGS = ("kb-fresh", "kb-precompile", "kb-verdicts", "kbrl")
@@ -189,12 +191,46 @@ def merged_compile_phases(phases):
     return merged
 
 
+RETRY = "kernelbench asked for a retry"
+BUILD_RETRY = "no compile (retry)"
+
+
+def add_retry_errors(data, logs_tar, name):
+    """For a candidate that KernelBench asked to retry and whose record does not say why (runs
+    before the runner recorded it), what KernelBench printed, from the candidate's log."""
+    wanted = {c["file"]: c for c in data["candidates"] if c.get("status") == RETRY and not c.get("retry_error")}
+    if not wanted or not logs_tar.is_file():
+        return
+    try:
+        with tarfile.open(logs_tar) as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                stem = parts[-1][:-4] if parts[-1].endswith(".log") else None
+                if stem is None or name not in parts or stem + ".py" not in wanted:
+                    continue
+                text = tar.extractfile(member).read().decode("utf-8", "replace")
+                m = re.search(r"Please retry\. Error: ", text)
+                c = wanted[stem + ".py"]
+                if m and not c.get("retry_error"):
+                    c["retry_error"] = text[m.end():m.end() + 4000]
+    except (OSError, tarfile.TarError):
+        pass
+
+
 def verdict(c):
+    if c is not None and c.get("status") == RETRY and "Error building extension" in (c.get("retry_error") or ""):
+        # eval_kernel_against_ref asks for a retry when the build's error message contains "lock"
+        # (its test for a concurrent build's lock file): the build failed.
+        return BUILD_RETRY
     if c is None or not done(c):
         return None
     if not c["compiled"]:
         return "no compile"
     return "correct" if c["correct"] else "wrong"
+
+
+def same_as(v):
+    return "no compile" if v == BUILD_RETRY else v
 
 
 def expected_verdict(expect):
@@ -235,6 +271,7 @@ def main():
         for name in CONFIGS:
             if (d / (name + ".jsonl")).is_file():
                 configs[name] = load_config(d / (name + ".jsonl"))
+                add_retry_errors(configs[name], d / "logs.tar.gz", name)
                 sources[name] = str(d)
     output = Path(args.output) if args.output else Path(args.dirs[-1]) / "results.md"
     busy = gpu_busy(gpu_files)
@@ -258,18 +295,18 @@ def main():
     # Verdicts of every candidate that a KernelBench configuration and kbrl-eval both evaluated.
     rows, disagreements, unexpected = [], [], []
     kbrl = by_file.get("kbrl", {})
-    compared = sorted({f for n in kb_names for f, c in by_file[n].items() if done(c)},
+    compared = sorted({f for n in kb_names for f, c in by_file[n].items() if verdict(c) is not None},
                       key=lambda f: (workload.get(f, {}).get("problem", 0), workload.get(f, {}).get("sample", 0), f))
     for f in compared:
         w = workload.get(f, {})
         exp = expected_verdict(w.get("expect"))
         kb_v = {n: verdict(by_file[n].get(f)) for n in kb_names}
         k_v = verdict(kbrl.get(f))
-        seen = [v for v in kb_v.values() if v is not None]
+        seen = [same_as(v) for v in kb_v.values() if v is not None]
         agree = None if k_v is None else all(v == k_v for v in seen)
         if agree is False:
             disagreements.append(f)
-        if exp and any(v is not None and v != exp for v in list(kb_v.values()) + [k_v]):
+        if exp and any(v is not None and same_as(v) != exp for v in list(kb_v.values()) + [k_v]):
             unexpected.append(f)
         rows.append({"file": f, "kind": w.get("kind"), "expected": exp, "kernelbench": kb_v, "kbrl": k_v, "agree": agree})
     both = [r for r in rows if r["agree"] is not None]
@@ -361,6 +398,15 @@ def main():
         ": " + ", ".join(disagreements) if disagreements else ""))
     if unexpected:
         md.append("Verdicts other than the workload's expected one: " + ", ".join(unexpected) + ".")
+    retried = sorted({(f, c.get("retry_error") or "") for n in kb_names for f, c in by_file[n].items()
+                      if verdict(c) == BUILD_RETRY})
+    if retried:
+        md.append("")
+        md.append("\"{}\": KernelBench's build raised, and eval_kernel_against_ref returned no result, asking for a "
+                  "retry, because the error message contains \"lock\" (its test for a concurrent build's lock file): "
+                  "counted as not compiling. {}.".format(BUILD_RETRY, "; ".join(
+                      "{} ({})".format(f, ", ".join(sorted(set(re.findall(r"[\w<>]*lock\w*", e, re.I)))) or "?")
+                      for f, e in retried)))
     md.append("")
     md.append("| candidate | kind | expected | " + " | ".join(TITLES[n] for n in kb_names) + " | kbrl-eval | agree |")
     md.append("|---|---|---|" + "---|" * len(kb_names) + "---|---|")

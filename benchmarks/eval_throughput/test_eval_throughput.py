@@ -305,6 +305,39 @@ def test_resumed_verdicts():
         check("resumed: 2 candidates" in out.read_text(), "results.md says the run was resumed")
 
 
+def test_retry_verdict():
+    """KernelBench asks for a retry (and gives no result) when a build error's message contains
+    "lock", as a candidate's block_sum does: summarize.py counts that as not compiling, from the
+    record's retry_error or, for older records, from the candidate's log in logs.tar.gz."""
+    f1, f2 = "level_1_problem_94_sample_3_kernel.py", "level_1_problem_1_sample_3_kernel.py"
+    message = "Error building extension 'x': k.cu(51): error: too many arguments in function call\n  block_sum(s, 1);"
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        retry = dict(cand(f1, "compile_error", 20.0, None, None, status="kernelbench asked for a retry"),
+                     retry_error=message)
+        old = cand(f2, "compile_error", 20.0, None, None, status="kernelbench asked for a retry")
+        write_jsonl(d / "kb-verdicts.jsonl", [{"type": "meta", "config": "kb-verdicts", "started": 0.0}, retry, old])
+        write_jsonl(d / "kbrl.jsonl", [{"type": "meta", "config": "kbrl", "started": 0.0},
+                                       kbrl_row(f1, False, False), kbrl_row(f2, False, False)])
+        logs = d / "logs" / "kb-verdicts"
+        logs.mkdir(parents=True)
+        (logs / (Path(f2).stem + ".log")).write_text(
+            "[Eval] Lock file error during compilation, Please retry. Error: Error building extension 'y': "
+            "k.cu(40): error: identifier \"kBlockK\" is undefined\n")
+        subprocess.run(["tar", "-czf", str(d / "logs.tar.gz"), "-C", str(d), "logs"], check=True)
+        res = subprocess.run([sys.executable, str(HERE / "summarize.py"), "-o", str(d / "results.md"), str(d)],
+                             capture_output=True, text=True)
+        check(res.returncode == 0, "summarize.py runs: " + res.stderr[-2000:])
+        if res.returncode != 0:
+            return
+        r = json.loads((d / "results.json").read_text())
+        got = {v["file"]: (v["kernelbench"]["kb-verdicts"], v["agree"]) for v in r["verdicts"]}
+        check(got == {f1: ("no compile (retry)", True), f2: ("no compile (retry)", True)},
+              "both retries count as not compiling and agree with kbrl: {}".format(got))
+        md = (d / "results.md").read_text()
+        check("(block_sum)" in md and "(kBlockK)" in md, "results.md names the words that contain 'lock'")
+
+
 TURNS_CHILD = r"""
 import json, sys, time, types
 sys.path.insert(0, sys.argv[1])
@@ -376,7 +409,7 @@ def test_gpu_turns():
 
 
 def main():
-    tests = (test_sample_order, test_arch_names, test_kb_import, test_gpu_turns, test_summarize, test_resumed_verdicts)
+    tests = (test_sample_order, test_arch_names, test_kb_import, test_gpu_turns, test_summarize, test_resumed_verdicts, test_retry_verdict)
     failed_tests = 0
     for test in tests:
         before = len(FAILED)
