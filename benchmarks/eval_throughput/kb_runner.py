@@ -736,6 +736,11 @@ def gpu_arch_from_nvidia_smi():
     return ARCH_BY_CAPABILITY.get(cap) or ARCH_BY_CAPABILITY.get(cap.split(".")[0])
 
 
+def dirty(sh):
+    changed = [l for l in sh(["git", "-C", str(HERE / ".." / ".."), "status", "--porcelain", "--untracked-files=no"]).splitlines() if l.strip()]
+    return " + {} changed files".format(len(changed)) if changed else ""
+
+
 def run_machine(args):
     def sh(cmd):
         try:
@@ -762,8 +767,11 @@ def run_machine(args):
     info = {"host": socket.gethostname(), "boot_id": boot_id, "cpus": os.cpu_count(), "cpu_model": cpu_model,
             "gpus": gpus, "python": sys.version.split()[0], "time": time.time(),
             "torch": sh([sys.executable, "-c", "import torch; print(torch.__version__)"]),
-            "kbrl_commit": sh(["git", "-C", str(HERE), "rev-parse", "HEAD"]),
-            "kernelbench_commit": sh(["git", "-C", args.checkout, "rev-parse", "HEAD"]) if args.checkout else ""}
+            # With files changed since the commit (a copied working tree), it says how many.
+            "kbrl_commit": sh(["git", "-C", str(HERE), "rev-parse", "HEAD"]) + dirty(sh),
+            # An exported checkout (no .git of its own) would report the enclosing repository's.
+            "kernelbench_commit": sh(["git", "-C", args.checkout, "rev-parse", "HEAD"])
+            if args.checkout and (Path(args.checkout) / ".git").exists() else ""}
     Path(args.out).write_text(json.dumps(info, indent=1) + "\n")
     return 0
 

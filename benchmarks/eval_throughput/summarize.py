@@ -241,6 +241,14 @@ def expected_verdict(expect):
     return "correct" if expect["correct"] else "wrong"
 
 
+def short_commit(commit):
+    """A commit as 12 hex digits, keeping what follows the hash (" + N changed files")."""
+    if not commit:
+        return "?"
+    head, _, rest = commit.partition(" ")
+    return head[:12] + (" " + rest if rest else "")
+
+
 def fmt(v, spec="{:.2f}", none="-"):
     return none if v is None else spec.format(v)
 
@@ -341,7 +349,7 @@ def main():
         gpus = "; ".join("{} (driver {}, {})".format(g.get("name"), g.get("driver"), g.get("memory")) for g in m.get("gpus", []))
         md.append("- Machine ({}): {}; {} CPUs ({}); host {}; Python {}, torch {}; kbrl {}; KernelBench {}".format(
             d, gpus or "no GPU seen", m.get("cpus"), m.get("cpu_model"), m.get("host"), m.get("python"), m.get("torch"),
-            (m.get("kbrl_commit") or "?")[:12], (m.get("kernelbench_commit") or "?")[:12]))
+            short_commit(m.get("kbrl_commit")), short_commit(m.get("kernelbench_commit"))))
     if len(machines) > 1:
         md.append("- Same machine (boot) for every folder: {}".format("yes" if len(hosts) == 1 else "NO: compare with care"))
     imports = {json.dumps(c.get("kernelbench_import")) for n in kb_names for c in configs[n]["candidates"] if c.get("kernelbench_import")}
