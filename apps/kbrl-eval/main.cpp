@@ -77,6 +77,7 @@ options:
   --seed N                   fixed seed for inputs and weights (default: fresh per evaluation)
   --gpus 0,1                 GPU indices, one run lane each (default 0)
   --compile-workers N        parallel builds (default: one per core)
+  --compile-nice N           niceness of the compilers (default 10; 0: the evaluator's own)
   --compile-timeout S        seconds (default 600)
   --run-timeout S            seconds (default 300)
   --sandbox auto|on|off      bubblewrap around the workers (default auto: where installed)
@@ -93,7 +94,7 @@ options:
 
 const std::set<std::string> kOptions = {"problems", "level", "run", "problem", "kernel", "device", "language",
                                         "precision", "trials", "timing-trials", "warmup", "seed", "gpus",
-                                        "compile-workers", "compile-timeout", "run-timeout", "sandbox",
+                                        "compile-workers", "compile-nice", "compile-timeout", "run-timeout", "sandbox",
                                         "work-dir", "python", "summary-json", "static-config", "model",
                                         "adapter", "samples", "max-tokens", "temperature", "top-p", "top-k",
                                         "sample-seed", "chat-template", "model-device", "model-dtype",
@@ -120,6 +121,8 @@ eval::LocalEvaluatorConfig evaluator_config(const apps::Args& args) {
   if (auto p = args.optional("python")) c.python = *p;
   if (auto w = args.optional("work-dir")) c.work_dir = *w;
   c.compile_workers = static_cast<int>(args.get_int("compile-workers", 0));
+  c.compile_nice = static_cast<int>(args.get_int("compile-nice", 10));
+  if (c.compile_nice < 0 || c.compile_nice > 19) throw apps::UsageError("--compile-nice must be 0 to 19");
   c.devices = args.get_int_list("gpus");
   c.static_checks = !args.flag("no-static-check");
   c.baseline_cache = !args.flag("no-baseline-cache");

@@ -200,6 +200,11 @@ def apply_limits(limits):
             pass
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.get("nice"):
+        try:
+            os.nice(int(limits["nice"]))  # the compilers it starts inherit it
+        except (OSError, ValueError):
+            pass
     set_limit(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
     set_limit(resource.RLIMIT_AS, limits.get("address_space_bytes"))
     set_limit(resource.RLIMIT_NPROC, limits.get("processes"))

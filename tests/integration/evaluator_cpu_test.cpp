@@ -369,3 +369,27 @@ TEST_CASE("static-check errors stop a candidate before it is compiled and severi
   bad.static_check_severity["no_such_rule"] = core::Severity::off;
   CHECK_THROWS_AS(eval::LocalEvaluator(bad), core::InvalidArgument);
 }
+
+TEST_CASE("compilers run at the configured niceness and runs at the evaluator niceness") {
+  // The candidate's module is imported in the compile stage (where load_inline builds) and again
+  // in the run stage; it fails wherever it runs nicer than the worker that forked it.
+  const std::string candidate = python_candidate(
+      "import os\n"
+      "_nicer = os.nice(0) - os.getpriority(os.PRIO_PROCESS, os.getppid())\n"
+      "if _nicer > 0:\n"
+      "    raise RuntimeError('imported {} nicer than its worker'.format(_nicer))\n",
+      "        return x.clamp_min(0.0)");
+  {
+    eval::LocalEvaluator ev(config("nice"));
+    const auto result = ev.evaluate({request("nice-default", candidate)})[0];
+    INFO(result.error_message);
+    CHECK(result.error_category == ErrorCategory::compile);
+    CHECK(result.error_message.find("imported 10 nicer than its worker") != std::string::npos);
+  }
+  auto c = config("nice-off");
+  c.compile_nice = 0;
+  eval::LocalEvaluator ev(c);
+  const auto result = ev.evaluate({request("nice-off", candidate)})[0];
+  INFO(result.error_message);
+  CHECK(result.correct);
+}

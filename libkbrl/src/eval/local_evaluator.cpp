@@ -611,6 +611,7 @@ struct LocalEvaluator::Impl {
     if (config.platform == core::DevicePlatform::cpu || compile)
       l["address_space_bytes"] = config.limits.address_space_bytes;
     l["processes"] = config.limits.processes;
+    if (compile && config.compile_nice > 0) l["nice"] = config.compile_nice;
     return l;
   }
 

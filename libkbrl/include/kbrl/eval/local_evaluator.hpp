@@ -36,6 +36,9 @@ struct LocalEvaluatorConfig {
   std::filesystem::path worker_script;  // empty: default_worker_script()
   std::filesystem::path work_dir;       // builds, logs, baseline timings; empty: default_work_dir()
   int compile_workers = 0;              // 0: one per core
+  // Niceness of the compilers (0: the evaluator's own). Builds fill every idle core; on a GPU the
+  // run lanes' CPU side (kernel launches between timing events, input checks) goes first.
+  int compile_nice = 10;
   std::vector<int> devices;             // GPU indices (cuda/hip); empty: GPU 0. Ignored on cpu.
   int cpu_run_lanes = 1;                // cpu: parallel run lanes (1 keeps timings exclusive)
   SandboxMode sandbox = SandboxMode::automatic;  // bubblewrap around the workers where installed
