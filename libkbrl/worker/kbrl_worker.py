@@ -662,9 +662,11 @@ def tensor_bytes(values, torch):
 
 
 def child_run(job, torch, h):
-    result = {"compiled": False, "correct": False, "trials_passed": 0, "trials_total": 0}
-    timings = {}
     t_start = time.monotonic()
+    # Seconds per step; a failure reports those that finished. start: from the fork to here;
+    # setup: the device (the GPU's runtime starts here).
+    timings = {"start": t_start - job["forked_at"]} if "forked_at" in job else {}
+    result = {"compiled": False, "correct": False, "trials_passed": 0, "trials_total": 0, "stage_seconds": timings}
     r = Runner(job, torch, h)
     seed = int(job.get("seed", 0))
     n_trials = max(1, int(job.get("correctness_trials", 5)))
@@ -688,6 +690,7 @@ def child_run(job, torch, h):
     # Inputs are kept only where making them again is slow (generated on the host, as KernelBench
     # does); made on the device they take milliseconds, so every use makes them again from their
     # seed and device memory goes to the reference outputs instead.
+    timings["setup"] = time.monotonic() - t_start
     regenerate = r.is_cuda and not job.get("kernelbench_inputs")
     kept_inputs = {}
 
@@ -794,7 +797,7 @@ def child_run(job, torch, h):
     except BaseException as exc:
         name, msg = exception_message(exc)
         return failure("internal", "reference failed: " + msg + "\n" + last_frames(exc), **result)
-    timings["reference"] = time.monotonic() - t_start
+    timings["reference"] = time.monotonic() - t_start - timings["setup"]
 
     # 2. The candidate, as its own module: it cannot rebind the reference's globals.
     t0 = time.monotonic()
@@ -941,7 +944,6 @@ def child_run(job, torch, h):
             name, msg = exception_message(exc)
             return failure("out_of_memory" if is_oom(exc) else "runtime", "timing: " + msg, **result)
         timings["timing"] = time.monotonic() - t0
-    result["stage_seconds"] = timings
     if failed:
         return failure("correctness", first_failure + " (the problem's own inputs all passed)", **result)
     result["status"] = "ok"
@@ -1036,6 +1038,7 @@ def run_job(job, torch, h):
     job.setdefault("log_path", os.path.join(job["build_dir"], "child-{}.log".format(job["op"])))
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
+    job["forked_at"] = started
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
@@ -1053,6 +1056,7 @@ def run_job(job, torch, h):
         os.waitpid(pid, 0)
         result = failure("timeout", "{} stage ran past its {:.0f} s limit".format(job["op"], float(job.get("timeout_s", 300))))
     else:
+        reported = time.monotonic()
         _, status = os.waitpid(pid, 0)
         kill_group(pid)  # whatever the candidate left running dies with it
         if payload is not None:
@@ -1060,6 +1064,9 @@ def run_job(job, torch, h):
                 result = json.loads(payload)
             except ValueError:
                 result = failure("internal", "unreadable result from the child")
+            if isinstance(result.get("stage_seconds"), dict):
+                # The child's exit after its result (a GPU process gives its memory back then).
+                result["stage_seconds"]["exit"] = time.monotonic() - reported
         else:
             category, message = describe_exit(status)
             tail = clean_message(read_tail(job["log_path"], 4000), 600)

@@ -665,6 +665,7 @@ struct LocalEvaluator::Impl {
       --runs_waiting;
       ++runs_active;
     }
+    const auto run_started = Clock::now();
     const CallResult c = call(lane, request, opt.run_timeout_s);
     if (exclusive_cpu()) {
       std::lock_guard lock(mu);
@@ -672,6 +673,7 @@ struct LocalEvaluator::Impl {
       cv.notify_all();
     }
     EvalResult& r = job->result;
+    r.stage_seconds["run"] = std::chrono::duration<double>(Clock::now() - run_started).count();
     if (c.status == CallStatus::lost) {
       {
         std::lock_guard lock(mu);
