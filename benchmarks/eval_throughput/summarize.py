@@ -175,6 +175,23 @@ def summarize_config(name, data):
     return s
 
 
+def whole_workload_precompile(data):
+    """KernelBench's pre-compile configuration projected over every candidate from a kb-verdicts
+    run: its batch_compile's wall time plus each candidate's evaluation time (active_s: without
+    the waits for its GPU turn) added up, as one evaluation after another would take; None
+    unless the run judged every candidate it built."""
+    if not data:
+        return None
+    phase = merged_compile_phases(data["phases"])
+    last = {c["file"]: c for c in data["candidates"] if c.get("file")}
+    active = [c.get("active_s") for c in last.values()]
+    if not phase or not last or any(a is None for a in active) or set(last) != set(phase["candidates"]):
+        return None
+    total = phase["wall_s"] + sum(active)
+    return {"candidates": len(last), "build_s": phase["wall_s"], "evaluations_s": sum(active),
+            "per_minute": 60.0 * len(last) / total}
+
+
 def merged_compile_phases(phases):
     """The build phases of a run and of the stopped runs it resumed, as one: per candidate, the
     last build's numbers; the wall times added up."""
@@ -299,6 +316,7 @@ def main():
     ratio = None
     if best and "kbrl" in summaries and summaries["kbrl"].get("per_minute"):
         ratio = summaries["kbrl"]["per_minute"] / best["per_minute"]
+    whole = whole_workload_precompile(configs.get("kb-verdicts"))
 
     # Verdicts of every candidate that a KernelBench configuration and kbrl-eval both evaluated.
     rows, disagreements, unexpected = [], [], []
@@ -338,6 +356,7 @@ def main():
                                "excessive_speedup_flag": c.get("excessive_speedup", False)})
 
     result = {"summaries": summaries, "ratio_kbrl_to_best_kernelbench": ratio,
+              "kb_precompile_whole_workload": whole,
               "best_kernelbench": best["config"] if best else None, "verdicts": rows,
               "disagreements": disagreements, "unexpected_verdicts": unexpected, "speedups": speed_rows,
               "machines": dict(machines)}
@@ -382,6 +401,13 @@ def main():
             best["title"], summaries["kbrl"]["per_minute"], best["per_minute"], ratio))
     else:
         md.append("kbrl-eval / best KernelBench configuration: not available (a configuration is missing or evaluated nothing).")
+    if whole:
+        kbrl_rate = summaries.get("kbrl", {}).get("per_minute")
+        md.append("\nKernelBench's pre-compile configuration over the whole workload, from kb-verdicts (its batch_compile "
+                  "of all {n} in {build:.0f} s, then each candidate's evaluation, {evals:.0f} s in all, one after "
+                  "another): {rate:.2f} per minute{vs}.".format(
+                      n=whole["candidates"], build=whole["build_s"], evals=whole["evaluations_s"], rate=whole["per_minute"],
+                      vs="; kbrl-eval / that: {:.1f}x".format(kbrl_rate / whole["per_minute"]) if kbrl_rate else ""))
     for name, s in summaries.items():
         if s["not_evaluated"]:
             md.append("- {}: not counted: {}".format(name, ", ".join("{} ({})".format(x["file"], x["status"]) for x in s["not_evaluated"])))

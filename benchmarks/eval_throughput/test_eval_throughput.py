@@ -251,6 +251,9 @@ def test_summarize():
         check(s["kb-verdicts"]["per_minute"] is None, "kb-verdicts has no throughput")
         check(s["kb-verdicts"]["over_kernelbench_timeout"] == [f2], "kb-verdicts: over 180 s on its own")
         check(s["kb-verdicts"]["retried_alone"] == [f3], "kb-verdicts: retried alone")
+        whole = r["kb_precompile_whole_workload"]
+        check(whole is not None and close(whole["per_minute"], 60.0 * 4 / (300.0 + 120.0 + 90.0 + 200.0 + 40.0)),
+              "pre-compile over the whole workload: the build, then every evaluation (the alone re-run's): {}".format(whole))
         speeds = {(x["file"], x["config"]): x for x in r["speedups"]}
         check(set(speeds) == {(f0, "kb-fresh"), (f0, "kb-precompile"), (f0, "kb-verdicts"), (f3, "kb-verdicts")},
               "speedups of candidates correct in both: {}".format(sorted(speeds)))
