@@ -133,9 +133,9 @@ class FastBuild:
     def metadata(self):
         """{"pch": ..., "light_headers": ...}: what happened, one entry per build of a
         load_inline call. pch: used, built (and used), deferred (the first build with these
-        flags: none built yet), busy (another compile is building it), waited (for another compile
-        that was building it, then used), failed (g++ could not
-        build it or will not use it), unsupported (not g++, no build.ninja to read).
+        flags: none built yet), busy (another compile is building it), waited (for another
+        compile that was building it, then used), failed (g++ could not build it or will not use
+        it), unsupported (not g++, no build.ninja to read).
         light_headers: minimal or types (the tier that built), fallback (torch's own headers).
         light_skipped: types, where the minimal tier's compile errors were none that a fuller tier
         could mend (see may_lack_declarations)."""
