@@ -133,7 +133,6 @@ if _path:
 '''
 
 
-EXPECT_FAILURE = False  # --failing: the candidates do not compile, and how long that takes is measured
 
 
 class Worker:
@@ -215,8 +214,6 @@ def main():
     for s in settings:
         if s not in SETTINGS:
             parser.error("unknown setting {} (plain, pch, light, both, all)".format(s))
-    global EXPECT_FAILURE
-    EXPECT_FAILURE = args.failing
     work = args.work or tempfile.mkdtemp(prefix="kbrl-compile-speed-")
     os.makedirs(work, exist_ok=True)
     env = dict(os.environ)
@@ -252,12 +249,14 @@ def main():
                 builds = []
                 for rep in range(args.reps):
                     build_dir = os.path.join(work, "case{}".format(n), setting, "build{}".format(rep))
-                    builds.append(compile_once(workers[language], text, language, setting, build_dir, cache))
+                    builds.append(compile_once(workers[language], text, language, setting, build_dir, cache,
+                                               args.failing))
                     print("{} {} build {}: {}".format(label, setting, rep, builds[-1]), file=sys.stderr, flush=True)
                 report.add_sequential(label, setting, builds)
                 if args.parallel > 0:
                     builds = compile_parallel(args.parallel, env, text, language, setting,
-                                              os.path.join(work, "case{}".format(n), setting, "parallel"), cache)
+                                              os.path.join(work, "case{}".format(n), setting, "parallel"), cache,
+                                              args.failing)
                     print("{} {} {} at once: {}".format(label, setting, args.parallel, [str(b) for b in builds]),
                           file=sys.stderr, flush=True)
                     report.add_parallel(label, setting, builds)
@@ -280,7 +279,9 @@ class Build:
         return "{:.1f} s, {:.1f} cpu-s {}".format(self.seconds, self.cpu_s, notes).strip()
 
 
-def compile_once(worker, text, language, setting, build_dir, cache):
+def compile_once(worker, text, language, setting, build_dir, cache, failing=False):
+    """One build; failing (--failing): the candidate must not compile, and how long that takes
+    is what is measured."""
     os.makedirs(build_dir)
     candidate = os.path.join(build_dir, "candidate.py")
     with open(candidate, "w") as f:
@@ -291,13 +292,13 @@ def compile_once(worker, text, language, setting, build_dir, cache):
     cpu0 = worker.children_cpu_s()
     reply = worker.call(job)
     cpu = worker.children_cpu_s() - cpu0
-    if (reply.get("status") == "ok") == EXPECT_FAILURE or "compile_s" not in reply:
-        raise RuntimeError("{} {}: build {}: {}".format(language, setting, "failed" if not EXPECT_FAILURE else
-                                                        "did not fail", reply.get("error_message")))
+    if (reply.get("status") == "ok") == failing or "compile_s" not in reply:
+        raise RuntimeError("{} {}: build {}: {}".format(language, setting, "did not fail" if failing else "failed",
+                                                        reply.get("error_message")))
     return Build(reply, cpu)
 
 
-def compile_parallel(n, env, text, language, setting, base, cache):
+def compile_parallel(n, env, text, language, setting, base, cache, failing=False):
     """n workers, one build each, started together (after the workers have imported torch)."""
     workers = [Worker("cuda" if language == "cuda" else "cpu", env) for _ in range(n)]
     builds = [None] * n
@@ -307,7 +308,7 @@ def compile_parallel(n, env, text, language, setting, base, cache):
     def one(i):
         try:
             barrier.wait()
-            builds[i] = compile_once(workers[i], text, language, setting, os.path.join(base, str(i)), cache)
+            builds[i] = compile_once(workers[i], text, language, setting, os.path.join(base, str(i)), cache, failing)
         except Exception as exc:  # reported below
             errors.append(exc)
 
@@ -323,11 +324,11 @@ def compile_parallel(n, env, text, language, setting, base, cache):
     return builds
 
 
-def steady(setting, builds):
+def steady(setting, builds, failing=False):
     """The builds that show the steady state: with pch, those that used a ready PCH (with
     parallel passes, the .cu's host-pass PCH too, where it applies); of failing builds
     (--failing), those after the first two (each tier's PCH is made by then)."""
-    if EXPECT_FAILURE:
+    if failing:
         return builds[2:] or builds[-1:]
     if SETTINGS[setting]["pch"]:
         return [b for b in builds if b.metadata.get("pch") == "used"
@@ -376,7 +377,7 @@ class Report:
         ]
         plain = {}
         for case, setting, builds in self.sequential:
-            ready = steady(setting, builds)
+            ready = steady(setting, builds, self.args.failing)
             wall = statistics.median(b.seconds for b in ready) if ready else float("nan")
             cpu = statistics.median(b.cpu_s for b in ready) if ready else float("nan")
             if setting == "plain":
