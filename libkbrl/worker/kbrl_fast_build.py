@@ -499,7 +499,6 @@ class FastBuild:
         # Without the list the minimal tier cannot be checked for clashes: not used.
         return [(t, os.path.join(base, t)) for t in TIERS if t in preludes and (t != "minimal" or missing is not None)]
 
-
     def names_beyond_minimal(self):
         """Every identifier in the headers that torch/extension.h includes and the minimal tier
         does not (under nvcc's host and device macros too): the names a fuller tier could declare,
@@ -512,9 +511,7 @@ class FastBuild:
             return None
         if not os.path.exists(path):
             with open(path + ".lock", "a") as lock:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
+                if not try_lock(lock):
                     return None
                 if not os.path.exists(path):
                     names = header_names_beyond(os.path.join(self.light_base, "minimal"), self.include_dir,
@@ -550,15 +547,10 @@ def header_names_beyond(minimal_dir, include_dir, cuda_dirs):
     def closure(entry, first):
         files = set()
         for macros in variants:
-            command = ["c++", "-M", "-MG", "-std=c++17"] + macros + ["-isystem" + d for d in first + includes if d] \
-                + ["-x", "c++", entry]
-            try:
-                proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=300)
-            except (OSError, subprocess.SubprocessError):
+            found = included_headers(entry, first + includes, macros, missing_ok=True)
+            if found is None:
                 return None
-            if proc.returncode != 0:
-                return None
-            files.update(depfile_inputs(proc.stdout.decode("utf-8", "replace")))
+            files |= found
         return files
 
     full = closure(os.path.join(include_dir, "torch", "extension.h"), [])
@@ -589,17 +581,27 @@ def operators_not_declared(minimal_dir, include_dir):
         return None
     every = {n for n in every if not any(n.endswith(sfx) or (sfx == "_dispatch" and "_dispatch" in n)
                                          for sfx in OPS_HEADER_SUFFIXES)}
-    includes = [include_dir, os.path.join(include_dir, "torch", "csrc", "api", "include")]
-    command = ["c++", "-M", "-std=c++17", "-x", "c++", os.path.join(minimal_dir, "torch", "types.h")]
-    command[1:1] = ["-isystem" + d for d in [minimal_dir] + includes]
+    files = included_headers(os.path.join(minimal_dir, "torch", "types.h"),
+                             [minimal_dir, include_dir, os.path.join(include_dir, "torch", "csrc", "api", "include")])
+    if files is None:
+        return None
+    declared = {m.group(1) for m in (re.search(r"/ATen/ops/(\w+)\.h$", f) for f in files) if m}
+    return every - declared
+
+
+def included_headers(entry, include_dirs, macros=(), missing_ok=False):
+    """The files a C++ compile of `entry` reads (g++ -M, the include dirs as -isystem, in order),
+    as the dependency list writes them; None when g++ fails. missing_ok: a header that is not
+    found is listed by name instead of failing (-MG)."""
+    command = ["c++", "-M"] + (["-MG"] if missing_ok else []) + ["-std=c++17"] + list(macros) \
+        + ["-isystem" + d for d in include_dirs if d] + ["-x", "c++", entry]
     try:
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=300)
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
         return None
-    declared = set(re.findall(r"/ATen/ops/(\w+)\.h\b", proc.stdout.decode("utf-8", "replace")))
-    return every - declared
+    return set(depfile_inputs(proc.stdout.decode("utf-8", "replace")))
 
 
 def clashes(cuda_sources, missing_ops):
@@ -909,9 +911,7 @@ class PrefixPch:
             self.note("deferred")
             return False
         with open(os.path.join(self.dir, key + ".lock"), "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            if not try_lock(lock):
                 self.note("busy")  # another compile is building it
                 return False
             if os.path.exists(gch):
