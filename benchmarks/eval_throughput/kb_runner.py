@@ -372,7 +372,7 @@ class OneProcess:
         if result is None and payload.get("retry"):
             payload["retry_error"] = retry_error(Path(self.log.name).read_text(errors="replace"))
         if result is None:
-            status = "kernelbench asked for a retry" if payload.get("retry") else "no result: " + str(payload.get("error", ""))[:300]
+            status = RETRY if payload.get("retry") else "no result: " + str(payload.get("error", ""))[:300]
         else:
             status = "done"
         return result, status, payload, compile_s
@@ -426,6 +426,9 @@ def run_fresh(args):
                                     "retry_error": payload.get("retry_error")}))
     out.write({"type": "end", "finished": time.time(), "wall_s": time.time() - t0, "stopped": stopped})
     return 0
+
+
+RETRY = "kernelbench asked for a retry"  # a candidate's status when KernelBench gave no result
 
 
 def retry_error(log_text):
@@ -551,7 +554,7 @@ def run_precompile(args):
             try:
                 result = pending.get(timeout=max(1.0, limit))
                 if result is None:
-                    status = "kernelbench asked for a retry"
+                    status = RETRY
             except mp.TimeoutError:
                 if limit < args.kb_timeout:
                     status = "cut at the configuration's time limit"

@@ -26,6 +26,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from kb_runner import RETRY, retry_error
+
 CONFIGS = ("kb-fresh", "kb-precompile", "kb-verdicts", "kbrl")
 KB_THROUGHPUT = ("kb-fresh", "kb-precompile")  # the ways people run KernelBench: compared with kbrl-eval
 TITLES = {
@@ -208,7 +210,6 @@ def merged_compile_phases(phases):
     return merged
 
 
-RETRY = "kernelbench asked for a retry"
 BUILD_RETRY = "no compile (retry)"
 
 
@@ -225,11 +226,9 @@ def add_retry_errors(data, logs_tar, name):
                 stem = parts[-1][:-4] if parts[-1].endswith(".log") else None
                 if stem is None or name not in parts or stem + ".py" not in wanted:
                     continue
-                text = tar.extractfile(member).read().decode("utf-8", "replace")
-                m = re.search(r"Please retry\. Error: ", text)
                 c = wanted[stem + ".py"]
-                if m and not c.get("retry_error"):
-                    c["retry_error"] = text[m.end():m.end() + 4000]
+                if not c.get("retry_error"):
+                    c["retry_error"] = retry_error(tar.extractfile(member).read().decode("utf-8", "replace"))
     except (OSError, tarfile.TarError):
         pass
 
