@@ -768,21 +768,10 @@ def child_run(job, torch, h):
         ref_bytes = 0
         in_bytes = 0
         reserve = 0
-        with torch.no_grad():
-            for t in range(n_trials):
-                inputs = inputs_for(t)
-                in_bytes = max(in_bytes, tensor_bytes(inputs, torch))
-                ref_in = r.clone(inputs)
-                out = [o.detach() for o in flatten_outputs(ref_model(*ref_in), torch)]
-                r.sync()
-                ref_mutates.append(mutated(h, inputs, ref_in))
-                del ref_in, inputs
-                ref_bytes = max(ref_bytes, tensor_bytes(out, torch))
-                # Room for what is still to come: an input set, its clone and the outputs of the
-                # reference's family and sensitivity runs, then the candidate's; and 2 GiB more.
-                reserve = 3 * (in_bytes + ref_bytes) + (2 << 30)
-                ref_outputs.append(r.keep(out, reserve))
-                del out
+
+        def reference_families():
+            """The input families (see INPUT_FAMILIES) the reference can be judged on, and the
+            skipped ones. Called after trial 0, whose outputs set the families' scale."""
             # Families are derived from trial 0's inputs; one counts only where the reference
             # itself runs and gives finite outputs (so domains like log or sqrt are respected).
             families = []
@@ -835,6 +824,28 @@ def child_run(job, torch, h):
                     del f_out
                     # The family's inputs are made again from trial 0's when the candidate's turn comes.
                     families.append((family, trial_seed(seed, 1000 + k), kept, ref_mut, scale, noise, positions, kinds))
+            return families, skipped
+
+        with torch.no_grad():
+            for t in range(n_trials):
+                inputs = inputs_for(t)
+                in_bytes = max(in_bytes, tensor_bytes(inputs, torch))
+                ref_in = r.clone(inputs)
+                out = [o.detach() for o in flatten_outputs(ref_model(*ref_in), torch)]
+                r.sync()
+                ref_mutates.append(mutated(h, inputs, ref_in))
+                del ref_in, inputs
+                ref_bytes = max(ref_bytes, tensor_bytes(out, torch))
+                # Room for what is still to come: after trial 0, the input families (an input set,
+                # its clone and the outputs of the reference's family and sensitivity runs), then
+                # the candidate's trials (an input set, its clone and an output); and 2 GiB more.
+                # The families come right after trial 0, so that the later trials' outputs need
+                # room only for the candidate's: they then stay on the device more often.
+                reserve = (3 if t == 0 else 2) * (in_bytes + ref_bytes) + (2 << 30)
+                ref_outputs.append(r.keep(out, reserve))
+                del out
+                if t == 0:
+                    families, skipped = reference_families()
         r.release()
         if job.get("measure_performance") and job.get("time_reference"):
             result["ref_runtime"] = r.time_model(ref_model, timing_sets(), warmup, timing_trials)
@@ -1148,11 +1159,11 @@ def main():
     t0 = time.monotonic()
     import torch  # noqa: E402  (once per worker, never per job)
 
-    # Candidates build and load through load_inline: imported here, once, instead of in every
-    # child (about 0.4 s each: setuptools and its vendored packages come with it). It touches no
-    # device, so children still start CUDA on their own.
+    # Candidates build and load through torch.utils.cpp_extension, which brings setuptools: that
+    # part (about 0.35 s a child) is imported here, once. Not cpp_extension itself: importing it
+    # asks torch.cuda.is_available(), and a CUDA runtime started here is unusable in the children.
     try:
-        import torch.utils.cpp_extension  # noqa: F401
+        import setuptools.command.build_ext  # noqa: F401
     except Exception:  # a child that needs it reports the error in its own job
         pass
     h = Harness(torch)
