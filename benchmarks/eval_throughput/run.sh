@@ -20,7 +20,11 @@
 #                  background (setsid) and poll <scratch>/logs/kb-verdicts.log; KBT_RESUME=<the
 #                  kb-verdicts.jsonl of a stopped run> carries over what it finished and does the rest
 #   build          configure and build kbrl-eval (the cuda preset)
-#   kbrl           kbrl-eval on the whole workload: a fresh --work-dir (cold caches), --gpus 0
+#   kbrl           kbrl-eval on the whole workload: a fresh --work-dir (cold caches), --gpus 0;
+#                  with KBT_KBRL_WARMUP=1, the work dir is first warmed up, untimed, by a copy of
+#                  each problem's sample 0 under another extension name (as an RL run's earlier
+#                  steps leave it: PCHs built, reference timings known); every workload candidate
+#                  is still built from scratch
 # A command on the GPU machine may run 9.5 minutes, so the script stops itself after KBT_DEADLINE
 # seconds (default 560; 0: no limit): each configuration gets at most what is left, and whatever
 # finished is summarized. All four do not fit in one such command: see docs/performance.md.
@@ -213,14 +217,36 @@ run_kbrl() {
     note "kbrl skipped: $left s left before the deadline"
     return
   fi
-  rm -rf "$scratch/kbrl_run" "$scratch/kbrl_work"
+  rm -rf "$scratch/kbrl_run" "$scratch/kbrl_work" "$scratch/kbrl_warmup"
   mkdir -p "$scratch/kbrl_run"
   cp "$workload"/level_1_problem_*_kernel.py "$scratch/kbrl_run/"
+  local warmup=0 warmup_s=0
+  if [[ "${KBT_KBRL_WARMUP:-0}" == 1 ]]; then
+    mkdir -p "$scratch/kbrl_warmup"
+    local f
+    for f in "$workload"/level_1_problem_*_sample_0_kernel.py; do
+      local b; b="$(basename "$f")"
+      sed -e 's/name="\([A-Za-z0-9_]*\)"/name="\1_warmup"/' "$f" > "$scratch/kbrl_warmup/${b/_sample_0_/_sample_9_}"
+    done
+    warmup=$(ls "$scratch/kbrl_warmup" | wc -l)
+    note "kbrl: warm-up on $warmup renamed copies of sample 0"
+    local w0=$EPOCHREALTIME
+    timeout --signal=TERM --kill-after=30 "$limit" "$bin" generations --problems "$kb" --level 1 \
+      --run "$scratch/kbrl_warmup" --device cuda --gpus 0 --work-dir "$scratch/kbrl_work" > "$logs/kbrl_warmup.log" 2>&1
+    warmup_s=$(awk -v a="$w0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    note "kbrl: warm-up took $warmup_s s"
+    left=$(remaining)
+    (( left - 15 < limit )) && limit=$(( left - 15 ))
+    if (( limit < 60 )); then
+      note "kbrl skipped after its warm-up: $left s left before the deadline"
+      return
+    fi
+  fi
   note "kbrl: kbrl-eval on $(ls "$scratch/kbrl_run" | wc -l) candidates, limit $limit s"
   start_gpu_sampler kbrl
   local t0=$EPOCHREALTIME
-  printf '{"type": "meta", "config": "kbrl", "started": %s, "limit_s": %s, "compile_lanes": %s}\n' \
-    "$t0" "$limit" "$(nproc)" > "$out/kbrl.jsonl"
+  printf '{"type": "meta", "config": "kbrl", "started": %s, "limit_s": %s, "compile_lanes": %s, "warmup_candidates": %s, "warmup_s": %s}\n' \
+    "$t0" "$limit" "$(nproc)" "$warmup" "$warmup_s" > "$out/kbrl.jsonl"
   timeout --signal=TERM --kill-after=30 "$limit" "$bin" generations --problems "$kb" --level 1 \
     --run "$scratch/kbrl_run" --device cuda --gpus 0 --work-dir "$scratch/kbrl_work" > "$logs/kbrl.log" 2>&1
   local rc=$?

@@ -412,6 +412,10 @@ def main():
             md.append("- {}: not counted: {}".format(name, ", ".join("{} ({})".format(x["file"], x["status"]) for x in s["not_evaluated"])))
         if s.get("stopped"):
             md.append("- {}: {}".format(name, s["stopped"]))
+        if s["meta"].get("warmup_candidates"):
+            md.append("- {}: its work dir was first warmed up, untimed ({:.0f} s), on {} renamed copies of the problems' "
+                      "sample 0 (PCHs built, reference timings known); every workload candidate was built from "
+                      "scratch".format(name, float(s["meta"].get("warmup_s", 0)), s["meta"]["warmup_candidates"]))
         if s.get("carried"):
             md.append("- {}: resumed: {} candidates were evaluated by an earlier run that was stopped, the rest by "
                       "this one (build phases of {} runs)".format(name, s["carried"], s.get("precompile_runs", 1)))

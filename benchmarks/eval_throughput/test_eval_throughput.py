@@ -195,7 +195,7 @@ def test_summarize():
             + json.dumps(cand(f2, "wrong", 30.0, True, False, index=2)) + "\n"
             + '{"type": "candidate", "file": "lev')
         write_jsonl(b / "kbrl.jsonl", [
-            {"type": "meta", "config": "kbrl", "started": 0.0},
+            {"type": "meta", "config": "kbrl", "started": 0.0, "warmup_candidates": 16, "warmup_s": 61.5},
             kbrl_row(f0, True, True, 2.0), kbrl_row(f1, False, False),
             kbrl_row(f2, True, True, 3.0),  # planted disagreement: kbrl calls the wrong kernel correct
             kbrl_row(f3, True, True, 1.0),
@@ -264,6 +264,7 @@ def test_summarize():
         md = out.read_text()
         check("**NO**" in md and "kbrl-eval / best KernelBench configuration" in md, "results.md shows both")
         check("Same machine (boot) for every folder: yes" in md, "one boot id over both folders")
+        check("warmed up, untimed (62 s), on 16 renamed copies" in md, "kbrl's warm-up is stated")
 
 
 def test_resumed_verdicts():
