@@ -779,6 +779,25 @@ def run_machine(args):
     return 0
 
 
+def cpu_times():
+    """(busy, total) jiffies of all cores together, from /proc/stat (iowait counts as idle)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])  # guest time is already inside user time
+    return total - idle, total
+
+
+def sample_cpu(interval):
+    busy0, total0 = cpu_times()
+    while True:
+        time.sleep(interval)
+        busy1, total1 = cpu_times()
+        if total1 > total0:
+            print("{:.3f}, {:.1f}".format(time.time(), 100.0 * (busy1 - busy0) / (total1 - total0)), flush=True)
+        busy0, total0 = busy1, total1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -832,7 +851,12 @@ def main():
     p = sub.add_parser("machine")
     p.add_argument("--checkout", default="")
     p.add_argument("--out", required=True)
+    p = sub.add_parser("cpu-sampler", help="print 'time, percent of all cores busy' every --interval s until killed")
+    p.add_argument("--interval", type=float, default=0.5)
     args = parser.parse_args()
+
+    if args.command == "cpu-sampler":
+        return sample_cpu(args.interval)
 
     if args.command == "order":
         for c in sample_order(load_workload(args.workload), args.seed):

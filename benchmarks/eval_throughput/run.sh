@@ -37,8 +37,8 @@
 # wheels, e.g. pydantic's, installed with pip --no-index into the scratch folder for KernelBench).
 #
 # Writes into <out dir>: results.md and results.json (summarize.py), machine.json, one
-# <configuration>.jsonl per configuration run, gpu.csv (utilization sampled every 500 ms) and
-# logs.tar.gz. summarize.py can also combine several out dirs of separate runs.
+# <configuration>.jsonl per configuration run, gpu.csv (utilization sampled every 500 ms), cpu.csv
+# (the share of all cores busy, every 500 ms) and logs.tar.gz. summarize.py can also combine several out dirs of separate runs.
 set -uo pipefail
 export LC_ALL=C
 script_start=$EPOCHREALTIME
@@ -81,29 +81,36 @@ remaining() {
 }
 note() { echo "[run.sh $(elapsed)s] $*" | tee -a "$logs/run.log"; }
 
-sampler_pid=""
+# GPU utilization (gpu.csv) and the share of all cores busy (cpu.csv), every 500 ms, per configuration.
+sampler_pids=()
 start_gpu_sampler() {
-  local name="$1"
-  [[ -f "$out/gpu.csv" ]] && sed -i -e "/^$name,/d" "$out/gpu.csv"  # an earlier run of this configuration
+  local name="$1" kind
+  for kind in gpu cpu; do
+    [[ -f "$out/$kind.csv" ]] && sed -i -e "/^$name,/d" "$out/$kind.csv"  # an earlier run of this configuration
+  done
   nvidia-smi -i 0 --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 \
     > "$scratch/gpu-$name.raw" 2>> "$logs/gpu-sampler.log" &
-  sampler_pid=$!
+  sampler_pids=($!)
+  "$python" "$here/kb_runner.py" cpu-sampler --interval 0.5 > "$scratch/cpu-$name.raw" 2>> "$logs/cpu-sampler.log" &
+  sampler_pids+=($!)
 }
 stop_gpu_sampler() {
-  local name="$1"
-  if [[ -n "$sampler_pid" ]]; then
-    kill "$sampler_pid" 2> /dev/null
-    wait "$sampler_pid" 2> /dev/null
-    sampler_pid=""
+  local name="$1" kind
+  if (( ${#sampler_pids[@]} )); then
+    kill "${sampler_pids[@]}" 2> /dev/null
+    wait "${sampler_pids[@]}" 2> /dev/null
+    sampler_pids=()
   fi
-  if [[ -f "$scratch/gpu-$name.raw" ]]; then
-    sed -e "s/^/$name,/" "$scratch/gpu-$name.raw" >> "$out/gpu.csv"
-    rm -f "$scratch/gpu-$name.raw"
-  fi
+  for kind in gpu cpu; do
+    if [[ -f "$scratch/$kind-$name.raw" ]]; then
+      sed -e "s/^/$name,/" "$scratch/$kind-$name.raw" >> "$out/$kind.csv"
+      rm -f "$scratch/$kind-$name.raw"
+    fi
+  done
 }
 
 finish() {
-  [[ -n "$sampler_pid" ]] && kill "$sampler_pid" 2> /dev/null
+  (( ${#sampler_pids[@]} )) && kill "${sampler_pids[@]}" 2> /dev/null
   note "summarizing"
   timeout 60 "$python" "$here/summarize.py" "$out" > "$logs/summarize.log" 2>&1 || note "summarize.py failed: see logs"
   tar -czf "$out/logs.tar.gz" -C "$scratch" logs 2> /dev/null

@@ -286,12 +286,14 @@ def main():
                         help="the workload's manifest (kinds and expected verdicts)")
     args = parser.parse_args()
 
-    configs, machines, gpu_files, sources = {}, [], [], {}
+    configs, machines, gpu_files, cpu_files, sources = {}, [], [], [], {}
     for d in map(Path, args.dirs):
         if (d / "machine.json").is_file():
             machines.append((str(d), json.loads((d / "machine.json").read_text())))
         if (d / "gpu.csv").is_file():
             gpu_files.append(d / "gpu.csv")
+        if (d / "cpu.csv").is_file():
+            cpu_files.append(d / "cpu.csv")
         for name in CONFIGS:
             if (d / (name + ".jsonl")).is_file():
                 configs[name] = load_config(d / (name + ".jsonl"))
@@ -299,9 +301,11 @@ def main():
                 sources[name] = str(d)
     output = Path(args.output) if args.output else Path(args.dirs[-1]) / "results.md"
     busy = gpu_busy(gpu_files)
+    cpu_busy = gpu_busy(cpu_files)  # the same format: configuration, time, percent
     summaries = {name: summarize_config(name, configs[name]) for name in CONFIGS if name in configs}
     for name, s in summaries.items():
         s["gpu"] = busy.get(name)
+        s["cpu"] = cpu_busy.get(name)
         s["source"] = sources[name]
 
     by_file = {name: {c["file"]: c for c in configs[name]["candidates"] if c.get("file")} for name in configs}
@@ -375,8 +379,9 @@ def main():
         md.append("- How KernelBench was loaded: " + "; ".join(json.loads(imp)))
     workload_size = len(workload)
     md.append("")
-    md.append("| configuration | candidates evaluated | wall s | candidates / min | compile s, median | compile s, p90 | GPU busy |")
-    md.append("|---|---|---|---|---|---|---|")
+    md.append("| configuration | candidates evaluated | wall s | candidates / min | compile s, median | compile s, p90 | GPU busy "
+              "| CPU busy (mean of all cores) |")
+    md.append("|---|---|---|---|---|---|---|---|")
     for name, s in summaries.items():
         evaluated = str(s["evaluated"])
         per_min = fmt(s.get("per_minute"))
@@ -389,11 +394,12 @@ def main():
                 evaluated += " (of {} pre-compiled, {} built)".format(s["precompiled"], s.get("precompile_ok"))
         if name == "kb-fresh" and s.get("candidate_wall_s"):
             per_min += " (from {:.0f} s of candidate processes)".format(s["candidate_wall_s"])
-        gpu = s.get("gpu")
-        md.append("| {} | {} | {} | {} | {} | {} | {} |".format(
+        gpu, cpu = s.get("gpu"), s.get("cpu")
+        md.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
             s["title"], evaluated, fmt(s.get("wall_s"), "{:.0f}"), per_min, fmt(s.get("compile_s_median"), "{:.1f}"),
             fmt(s.get("compile_s_p90"), "{:.1f}"),
-            "{:.0%} of {} samples".format(gpu["busy_fraction"], gpu["samples"]) if gpu else "-"))
+            "{:.0%} of {} samples".format(gpu["busy_fraction"], gpu["samples"]) if gpu else "-",
+            "{:.0f}%".format(cpu["mean_utilization"]) if cpu else "-"))
     md.append("")
     if ratio is not None:
         md.append("**kbrl-eval / best KernelBench configuration ({}): {:.2f} / {:.2f} = {:.1f}x candidates per minute.**".format(

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import textwrap
 from pathlib import Path
 
@@ -203,6 +204,7 @@ def test_summarize():
         (a / "gpu.csv").write_text("kb-fresh,t, 0\nkb-fresh,t, 0\nkb-fresh,t, 50\nkb-fresh,t, 0\n"
                                    "kb-precompile,t, 10\nkb-precompile,t, [N/A]\n")
         (b / "gpu.csv").write_text("kbrl,t, 90\nkbrl,t, 0\nkbrl,t, 100\nkbrl,t, 100\n")
+        (b / "cpu.csv").write_text("kbrl,t, 90.0\nkbrl,t, 70.0\n")
         c_dir = Path(tmp) / "run c"
         c_dir.mkdir()
         (c_dir / "machine.json").write_text(json.dumps(machine))
@@ -239,6 +241,8 @@ def test_summarize():
         check(close(s["kb-fresh"]["gpu"]["busy_fraction"], 0.25), "kb-fresh GPU busy in 1 of 4 samples")
         check(s["kb-precompile"]["gpu"]["samples"] == 1, "unreadable utilization samples are skipped")
         check(close(s["kbrl"]["gpu"]["busy_fraction"], 0.75), "kbrl GPU busy in 3 of 4 samples")
+        check(close(s["kbrl"]["cpu"]["mean_utilization"], 80.0) and s["kb-fresh"]["cpu"] is None,
+              "kbrl's CPU busy: the mean of its samples; none for a configuration without them")
         best = 60.0 * 4 / 220.0
         check(r["best_kernelbench"] == "kb-precompile", "the better KernelBench configuration is chosen")
         check(close(r["ratio_kbrl_to_best_kernelbench"], 2.0 / best), "kbrl over the best KernelBench configuration")
@@ -387,6 +391,20 @@ print(json.dumps({"wait_s": turns.wait_s, "turns": turns.turns}))
 """
 
 
+def test_cpu_sampler():
+    """kb_runner.py cpu-sampler prints the share of all cores busy, a percentage, until killed."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "kb_runner.py"), "cpu-sampler", "--interval", "0.2"],
+                            stdout=subprocess.PIPE, text=True)
+    burn_until = time.time() + 1.0
+    while time.time() < burn_until:  # keep one core busy meanwhile
+        pass
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    values = [float(line.split(",")[1]) for line in out.splitlines() if "," in line]
+    check(len(values) >= 3 and all(0.0 <= v <= 100.0 for v in values) and max(values) > 0.0,
+          "cpu-sampler prints percentages, some of them above zero: {}".format(values))
+
+
 def test_gpu_turns():
     """Two processes taking turns: their GPU phases never overlap, their CPU phases run meanwhile,
     and the wrapped calls pass results and exceptions through."""
@@ -413,7 +431,7 @@ def test_gpu_turns():
 
 
 def main():
-    tests = (test_sample_order, test_arch_names, test_kb_import, test_gpu_turns, test_summarize, test_resumed_verdicts, test_retry_verdict)
+    tests = (test_sample_order, test_arch_names, test_kb_import, test_cpu_sampler, test_gpu_turns, test_summarize, test_resumed_verdicts, test_retry_verdict)
     failed_tests = 0
     for test in tests:
         before = len(FAILED)
