@@ -4,15 +4,16 @@
 Drives kbrl_worker.py's compile stage directly, as LocalEvaluator does (one long-lived worker,
 one forked child per build, a fresh build directory per build, MAX_JOBS=2 like its compile
 lanes unless --max-jobs says otherwise), for a trivial elementwise CUDA candidate and a trivial
-CPU `cpp` candidate, under five settings: plain, pch, light (light_headers), both (pch and
-light), all (both and parallel_passes: nvcc's host and device passes side by side). Each setting
+CPU `cpp` candidate, under six settings: plain, pch, light (light_headers), both (pch and
+light), all (both and parallel_passes: nvcc's host and device passes side by side), all-late (all
+with the binding file compiled after nvcc's front ends, as a busy evaluator does). Each setting
 starts from an empty cache directory, as a new work directory would: with pch, the first build
 of a flag set is plain ("deferred") and the second builds the precompiled header ("built"), so
 "steady" is the median of the builds after those, the state of an evaluator that has seen the
 flag set before. --parallel N then starts N builds at once per setting (steady state), as N
 compile lanes of a busy evaluator do.
 
-usage: measure.py [--reps 4] [--languages cuda,cpp] [--settings plain,all,both,pch,light]
+usage: measure.py [--reps 4] [--languages cuda,cpp] [--settings plain,all,all-late,both,pch,light]
                   [--parallel N] [--max-jobs 2] [--arch 9.0] [--work DIR] [--out FILE] [--steps FILE]
                   [--failing] [CANDIDATE.py...]
 Prints markdown tables, rewritten after every row to --out and to $OUT/compile_speed.md when
@@ -106,6 +107,8 @@ SETTINGS = {
     "light": {"pch": False, "light_headers": True},
     "both": {"pch": True, "light_headers": True},
     "all": {"pch": True, "light_headers": True, "parallel_passes": True},
+    # all, with the binding file compiled after nvcc's front ends, as a busy evaluator does
+    "all-late": {"pch": True, "light_headers": True, "parallel_passes": True, "binding_early": False},
 }
 
 
@@ -213,7 +216,7 @@ def main():
     settings = [s for s in args.settings.split(",") if s]
     for s in settings:
         if s not in SETTINGS:
-            parser.error("unknown setting {} (plain, pch, light, both, all)".format(s))
+            parser.error("unknown setting {} (plain, pch, light, both, all, all-late)".format(s))
     work = args.work or tempfile.mkdtemp(prefix="kbrl-compile-speed-")
     os.makedirs(work, exist_ok=True)
     env = dict(os.environ)

@@ -87,10 +87,14 @@ class FastBuild:
         # nvcc only: a ROCm torch builds CUDA sources with hipcc.
         self.light = bool(settings.get("light_headers")) and bool(torch.version.cuda) and not getattr(torch.version, "hip", None)
         self.parallel = self.light and bool(settings.get("parallel_passes"))
+        # The binding file's compile beside nvcc's front ends (sooner done), or after them (a
+        # source that fails there then costs no binding compile): the evaluator says which, by
+        # how many builds it has in flight.
+        self.binding_early = bool(settings.get("binding_early", True))
         self.root = settings.get("dir") or ""
         self.log_dir = log_dir
         self.events = {"pch": [], "light_headers": [], "parallel_passes": [], "cuda_pch": [], "light_binding": [],
-                       "light_skipped": []}
+                       "light_skipped": [], "binding": []}
         self.active = False
         self.in_tier = None  # (tier, shadow directory) while a light tier's attempt is building
         self.cpp_sources = None  # the load_inline call's, for the binding file's clash check
@@ -138,7 +142,8 @@ class FastBuild:
         it), unsupported (not g++, no build.ninja to read).
         light_headers: minimal or types (the tier that built), fallback (torch's own headers).
         light_skipped: types, where the minimal tier's compile errors were none that a fuller tier
-        could mend (see may_lack_declarations)."""
+        could mend (see may_lack_declarations). binding: after_front_ends, where the binding
+        file's compile beside nvcc's passes waited for their front ends (binding_early off)."""
         return {k: ",".join(v) for k, v in self.events.items() if v}
 
     def note(self, what, event):
@@ -423,12 +428,18 @@ class FastBuild:
             plans.append(plan)
         others = [out for out, rule, _ in edges if rule == "compile"]
         # The binding file meanwhile, with this tier's light headers where it can. A failure there
-        # leaves it to the ninja run afterwards, with the full headers, to build or report.
-        side = SideBuild(self, build_dir, others) if others else None
+        # leaves it to the ninja run afterwards, with the full headers, to build or report. Unless
+        # it may start at once, it starts when the first CUDA object's front ends have passed.
+        gate = threading.Event()
+        if self.binding_early:
+            gate.set()
+        elif others:
+            self.note("binding", "after_front_ends")
+        side = SideBuild(self, build_dir, others, gate) if others else None
         passes_ok = False
         try:
             for plan in plans:
-                plan.run()
+                plan.run(front_ends_passed=gate.set)
             passes_ok = True
         except Exception as e:
             self.note("parallel_passes", "failed")
@@ -650,10 +661,12 @@ def ninja_edges(build_dir):
 
 class SideBuild:
     """The binding file's compile (`ninja -j 1 <objects>`) beside nvcc's passes, started from a
-    thread: it may wait for a PCH that another compile is building (ensure_pch's cancel)."""
+    thread once `gate` is set: it may wait for a PCH that another compile is building
+    (ensure_pch's cancel)."""
 
-    def __init__(self, fast, build_dir, objects):
+    def __init__(self, fast, build_dir, objects, gate):
         self.fast, self.build_dir, self.objects = fast, build_dir, objects
+        self.gate = gate
         self.tier = fast.in_tier[0] if fast.in_tier else None
         self.cancel = threading.Event()
         self.proc = None
@@ -671,6 +684,9 @@ class SideBuild:
                 cpath = fast.ensure_pch(self.build_dir, cancel=self.cancel)
         except Exception:  # the ninja run afterwards builds what is missing, as usual
             self.light, cpath = False, None
+        while not self.gate.wait(0.05):
+            if self.cancel.is_set():
+                return
         if not self.cancel.is_set():
             self.proc = subprocess.Popen(["ninja", "-j", "1"] + self.objects, cwd=self.build_dir,
                                          env=env_prepended("CPATH", cpath, ":") if cpath else None,
@@ -683,6 +699,8 @@ class SideBuild:
         fast = self.fast
         if stop:
             self.cancel.set()
+        else:
+            self.gate.set()  # the passes are done: nothing left to wait for
         self.thread.join()
         proc = self.proc
         if proc is None:  # cancelled while it waited for a PCH
@@ -786,7 +804,9 @@ class NvccPlan:
         self.host, self.device, self.final, self.depfiles = host, device, final, depfiles
         self.prefix_pch = None  # a PrefixPch, set by the caller
 
-    def run(self):
+    def run(self, front_ends_passed=None):
+        """Raises PassFailed when a step fails; calls front_ends_passed() once the host and device
+        passes have succeeded, before the final host compile."""
         logs = {name: os.path.join(self.keep_dir, name + ".log") for name in ("host", "device", "final")}
         lock = threading.Lock()
         state = {"failed": None, "current": {}}
@@ -815,6 +835,8 @@ class NvccPlan:
         side.join()
         failed = state["failed"]
         if failed is None:
+            if front_ends_passed is not None:
+                front_ends_passed()
             restore = self.prefix_pch.prepare(self) if self.prefix_pch is not None else None
             run_pass("final", self.final)
             if state["failed"] is not None and restore is not None:

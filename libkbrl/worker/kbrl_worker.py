@@ -10,7 +10,8 @@ on the child and classifies how the child ended.
 Protocol: one JSON object per line. The worker writes {"event": "ready", ...} on start, then
 reads a job per line from stdin and answers it with exactly one line on its protocol channel:
     {"op": "compile", "job_id": ..., "candidate_path": ..., "build_dir": ..., "language": ...,
-     "timeout_s": ..., "fast_build": {"pch": true, "light_headers": true, "parallel_passes": true, "dir": ...}}
+     "timeout_s": ..., "fast_build": {"pch": true, "light_headers": true, "parallel_passes": true,
+     "binding_early": true, "dir": ...}}
       (fast_build: optional, see kbrl_fast_build.py; the reply's "metadata" says what it did)
     {"op": "run", "job_id": ..., "problem_path": ..., "candidate_path": ..., "build_dir": ...,
      "device": "cpu" | "cuda:0", "precision": "fp32", "seed": 123, "correctness_trials": 5,

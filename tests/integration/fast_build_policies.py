@@ -11,7 +11,9 @@ compile). Whichever attempt comes next, the full headers' build has the last wor
 only how much a failing candidate costs.
 
 A binding file compiled beside nvcc's passes waits for a PCH that another compile is building
-(the lock's holder), and stops waiting when its attempt is over (cancel) or after a limit.
+(the lock's holder), and stops waiting when its attempt is over (cancel) or after a limit. On a
+busy evaluator (binding_early off) it starts only once nvcc's front ends have passed, and not at
+all when they fail.
 
 usage: fast_build_policies.py WORK_DIR   (exit status 0 when every check passed; needs g++)
 """
@@ -88,6 +90,65 @@ def check_pch_wait(work):
     holder.close()
 
 
+class NoPchBuild:
+    """What SideBuild asks of its FastBuild, with no PCH and no light binding header."""
+
+    def __init__(self):
+        self.pch = False
+        self.in_tier = ("minimal", "")
+        self.binding_light_built = False
+        self.events = []
+
+    def light_binding_cpath(self, build_dir, cancel=None):
+        return None
+
+    def note(self, what, event):
+        self.events.append((what, event))
+
+
+def check_binding_gate(work):
+    """The binding file's compile (SideBuild) starts only once its gate is open, and not at all
+    when the passes fail first; nvcc's passes open the gate once both front ends have passed."""
+    build = os.path.join(work, "gate")
+    os.makedirs(build, exist_ok=True)
+    with open(os.path.join(build, "build.ninja"), "w") as f:
+        f.write("rule touch\n  command = touch $out\nbuild main.o: touch\n")
+    main_o = os.path.join(build, "main.o")
+
+    gate = threading.Event()
+    side = kbrl_fast_build.SideBuild(NoPchBuild(), build, ["main.o"], gate)
+    time.sleep(0.5)
+    check(not os.path.exists(main_o), "a closed gate holds the binding compile back")
+    side.finish(stop=True)  # the front ends failed
+    check(not os.path.exists(main_o) and side.proc is None, "failed passes: the binding compile never starts")
+
+    gate = threading.Event()
+    side = kbrl_fast_build.SideBuild(NoPchBuild(), build, ["main.o"], gate)
+    gate.set()  # the front ends passed
+    side.finish(stop=False)
+    check(os.path.exists(main_o), "an open gate lets it run")
+    os.remove(main_o)
+    side = kbrl_fast_build.SideBuild(NoPchBuild(), build, ["main.o"], threading.Event())
+    side.finish(stop=False)  # passes done without the callback: finish opens the gate
+    check(os.path.exists(main_o), "passes that succeeded open the gate at the latest when they end")
+
+    for host_ok, device_ok in ((True, True), (True, False), (False, True)):
+        keep = os.path.join(work, "keep-{}-{}".format(host_ok, device_ok))
+        os.makedirs(keep, exist_ok=True)
+        step = lambda ok: [["true"] if ok else ["false"]]  # noqa: E731
+        plan = kbrl_fast_build.NvccPlan(build, "cuda.o", dict(os.environ), step(host_ok), step(device_ok),
+                                        [["touch", os.path.join(build, "cuda.o")]], keep, [])
+        opened = threading.Event()
+        try:
+            plan.run(front_ends_passed=opened.set)
+            raised = False
+        except kbrl_fast_build.PassFailed:
+            raised = True
+        want = host_ok and device_ok
+        check(opened.is_set() == want and raised != want,
+              "host pass {}, device pass {}: gate {}".format(host_ok, device_ok, "opened" if opened.is_set() else "closed"))
+
+
 def main():
     work = sys.argv[1] if len(sys.argv) > 1 else "light_tier_errors"
     shutil.rmtree(work, ignore_errors=True)
@@ -116,6 +177,7 @@ def main():
     check(kbrl_fast_build.may_lack_declarations('k.cu(12): error: identifier "kBlock" is undefined\n', lambda: None),
           "without the names, a name not found may be a missing declaration")
     check_pch_wait(work)
+    check_binding_gate(work)
     print("{} failed".format(len(FAILED)) if FAILED else "all passed")
     return 1 if FAILED else 0
 

@@ -208,6 +208,10 @@ struct LocalEvaluator::Impl {
   int runs_waiting = 0;
   int runs_active = 0;
   bool exclusive_cpu() const { return config.platform == core::DevicePlatform::cpu; }
+  // Builds in flight, on every backend: while they leave cores idle, a build compiles its binding
+  // file beside nvcc's front ends (sooner done); beyond that, after them, so that a source that
+  // fails to compile costs no binding compile (fast_build.binding_early).
+  std::atomic<int> compiles_in_flight{0};
   std::uint64_t next_job = 0;
 
   explicit Impl(LocalEvaluatorConfig c) : config(std::move(c)) {}
@@ -524,10 +528,14 @@ struct LocalEvaluator::Impl {
                          {"language", core::to_string(job->req.language)},
                          {"log_path", (job->build_dir / "compile.log").string()},
                          {"limits", limits_json(true)}};
+    // A build with its binding file beside nvcc's two front ends keeps about three cores busy.
+    const int in_flight = ++compiles_in_flight;
+    const bool binding_early = 3 * in_flight <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (config.compile_pch || config.compile_light_headers)
       request["fast_build"] = json::object{{"pch", config.compile_pch},
                                            {"light_headers", config.compile_light_headers},
                                            {"parallel_passes", config.compile_parallel_passes},
+                                           {"binding_early", binding_early},
                                            {"dir", config.compile_cache_dir.string()}};
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
@@ -535,6 +543,7 @@ struct LocalEvaluator::Impl {
       ++active_compiles;
     }
     const CallResult c = call(lane, request, job->req.options.compile_timeout_s);
+    --compiles_in_flight;
     if (exclusive_cpu()) {
       std::lock_guard lock(mu);
       --active_compiles;
