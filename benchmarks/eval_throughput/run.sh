@@ -38,7 +38,8 @@
 #
 # Writes into <out dir>: results.md and results.json (summarize.py), machine.json, one
 # <configuration>.jsonl per configuration run, gpu.csv (utilization sampled every 500 ms), cpu.csv
-# (the share of all cores busy, every 500 ms) and logs.tar.gz. summarize.py can also combine several out dirs of separate runs.
+# (the share of all cores busy, every 500 ms) and logs.tar.gz. summarize.py can also combine
+# several out dirs of separate runs.
 set -uo pipefail
 export LC_ALL=C
 script_start=$EPOCHREALTIME
@@ -83,7 +84,7 @@ note() { echo "[run.sh $(elapsed)s] $*" | tee -a "$logs/run.log"; }
 
 # GPU utilization (gpu.csv) and the share of all cores busy (cpu.csv), every 500 ms, per configuration.
 sampler_pids=()
-start_gpu_sampler() {
+start_samplers() {
   local name="$1" kind
   for kind in gpu cpu; do
     [[ -f "$out/$kind.csv" ]] && sed -i -e "/^$name,/d" "$out/$kind.csv"  # an earlier run of this configuration
@@ -94,7 +95,7 @@ start_gpu_sampler() {
   "$python" "$here/kb_runner.py" cpu-sampler --interval 0.5 > "$scratch/cpu-$name.raw" 2>> "$logs/cpu-sampler.log" &
   sampler_pids+=($!)
 }
-stop_gpu_sampler() {
+stop_samplers() {
   local name="$1" kind
   if (( ${#sampler_pids[@]} )); then
     kill "${sampler_pids[@]}" 2> /dev/null
@@ -151,7 +152,7 @@ run_kernelbench() {
   rm -f "$out/$name.jsonl"
   rm -rf "$scratch/$name"  # no build of an earlier run may be found
   note "$name: budget $b s (+ $grace s grace)"
-  start_gpu_sampler "$name"
+  start_samplers "$name"
   local limit=$(( b + grace + 40 + build_s ))
   [[ "$mode" == precompile ]] && limit=$(( left > limit ? left : limit ))  # a slower build may use what is left
   timeout --kill-after=15 "$limit" "${kb_env[@]}" "$python" "$here/kb_runner.py" "$mode" \
@@ -159,7 +160,7 @@ run_kernelbench() {
     --scratch "$scratch/$name" --out "$out/$name.jsonl" --logs "$logs/$name" "${extra[@]}" \
     > "$logs/$name.log" 2>&1
   local rc=$?
-  stop_gpu_sampler "$name"
+  stop_samplers "$name"
   local n; n=$(grep -c '"type": "candidate"' "$out/$name.jsonl" 2> /dev/null)
   note "$name: exit $rc, ${n:-0} candidate records"
 }
@@ -183,7 +184,7 @@ run_verdicts() {
   rm -f "$out/kb-verdicts.jsonl"
   rm -rf "$scratch/kb-verdicts"
   note "kb-verdicts: every candidate${KBT_CONCURRENCY:+, $KBT_CONCURRENCY at a time}$( (( limit > 0 )) && echo ", limit $limit s")"
-  start_gpu_sampler kb-verdicts
+  start_samplers kb-verdicts
   [[ -n "${KBT_CONCURRENCY:-}" ]] && extra+=(--concurrency "$KBT_CONCURRENCY")
   [[ -n "${KBT_KB_TIMEOUT:-}" ]] && extra+=(--kb-timeout "$KBT_KB_TIMEOUT")
   timeout --kill-after=15 "$limit" "${kb_env[@]}" "$python" "$here/kb_runner.py" verdicts \
@@ -191,7 +192,7 @@ run_verdicts() {
     --out "$out/kb-verdicts.jsonl" --logs "$logs/kb-verdicts" --workers "$workers" "${extra[@]}" \
     > "$logs/kb-verdicts.log" 2>&1
   local rc=$?
-  stop_gpu_sampler kb-verdicts
+  stop_samplers kb-verdicts
   note "kb-verdicts: exit $rc, $(grep -c '"type": "candidate"' "$out/kb-verdicts.jsonl" 2> /dev/null || echo 0) candidate records"
 }
 
@@ -250,7 +251,7 @@ run_kbrl() {
     fi
   fi
   note "kbrl: kbrl-eval on $(ls "$scratch/kbrl_run" | wc -l) candidates, limit $limit s"
-  start_gpu_sampler kbrl
+  start_samplers kbrl
   local t0=$EPOCHREALTIME
   printf '{"type": "meta", "config": "kbrl", "started": %s, "limit_s": %s, "compile_lanes": %s, "warmup_candidates": %s, "warmup_s": %s}\n' \
     "$t0" "$limit" "$(nproc)" "$warmup" "$warmup_s" > "$out/kbrl.jsonl"
@@ -258,7 +259,7 @@ run_kbrl() {
     --run "$scratch/kbrl_run" --device cuda --gpus 0 --work-dir "$scratch/kbrl_work" > "$logs/kbrl.log" 2>&1
   local rc=$?
   local t1=$EPOCHREALTIME
-  stop_gpu_sampler kbrl
+  stop_samplers kbrl
   [[ -f "$scratch/kbrl_run/eval_results.jsonl" ]] && cat "$scratch/kbrl_run/eval_results.jsonl" >> "$out/kbrl.jsonl"
   printf '{"type": "end", "finished": %s, "wall_s": %s, "exit_code": %s}\n' \
     "$t1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$rc" >> "$out/kbrl.jsonl"

@@ -87,7 +87,9 @@ def load_config(path):
     return {"meta": meta, "end": end, "phases": phases, "candidates": cands, "path": str(path)}
 
 
-def gpu_busy(paths):
+def utilization(paths):
+    """Per configuration, from csv lines "configuration, ..., percent" (gpu.csv, cpu.csv): the
+    number of samples, the share above zero and the mean."""
     samples = {}
     for path in paths:
         with open(path) as f:
@@ -300,8 +302,8 @@ def main():
                 add_retry_errors(configs[name], d / "logs.tar.gz", name)
                 sources[name] = str(d)
     output = Path(args.output) if args.output else Path(args.dirs[-1]) / "results.md"
-    busy = gpu_busy(gpu_files)
-    cpu_busy = gpu_busy(cpu_files)  # the same format: configuration, time, percent
+    busy = utilization(gpu_files)
+    cpu_busy = utilization(cpu_files)
     summaries = {name: summarize_config(name, configs[name]) for name in CONFIGS if name in configs}
     for name, s in summaries.items():
         s["gpu"] = busy.get(name)

@@ -684,9 +684,7 @@ class SideBuild:
                 cpath = fast.ensure_pch(self.build_dir, cancel=self.cancel)
         except Exception:  # the ninja run afterwards builds what is missing, as usual
             self.light, cpath = False, None
-        while not self.gate.wait(0.05):
-            if self.cancel.is_set():
-                return
+        self.gate.wait()  # finish opens it, whether the passes passed or failed
         if not self.cancel.is_set():
             self.proc = subprocess.Popen(["ninja", "-j", "1"] + self.objects, cwd=self.build_dir,
                                          env=env_prepended("CPATH", cpath, ":") if cpath else None,
@@ -699,8 +697,7 @@ class SideBuild:
         fast = self.fast
         if stop:
             self.cancel.set()
-        else:
-            self.gate.set()  # the passes are done: nothing left to wait for
+        self.gate.set()  # the passes are done: nothing left to wait for
         self.thread.join()
         proc = self.proc
         if proc is None:  # cancelled while it waited for a PCH

@@ -434,8 +434,9 @@ def finite_stats(h, o_flat, r_flat, slack, rtol):
         allowed = mag.mul(rtol).add_(slack)
         within = h.all(err <= allowed)
         del allowed
-        row = [h.amax(err), None, h.dot(err, err), h.dot(mag, mag), within, o_lo, o_hi, r_lo, r_hi]
-        row[1] = h.amax(err.div_(mag.clamp_min_(1e-12)))
+        largest, err_sq, ref_sq = h.amax(err), h.dot(err, err), h.dot(mag, mag)
+        largest_rel = h.amax(err.div_(mag.clamp_min_(1e-12)))  # err and mag are not needed after this
+        row = [largest, largest_rel, err_sq, ref_sq, within, o_lo, o_hi, r_lo, r_hi]
         rows.append(h.stack([v.double() for v in row]))
         del err, mag
     if not rows:
