@@ -23,6 +23,7 @@ Everything the candidate prints goes to <job_dir>/child.log, never to the protoc
 
 import argparse
 import contextlib
+import ctypes
 import json
 import math
 import os
@@ -39,6 +40,11 @@ except ImportError:
     kbrl_fast_build = None
 
 PROTOCOL_VERSION = 2
+# How CUDA runs are timed (Runner.time_model); the evaluator keys cached reference timings by it.
+TIMING_METHOD = "cuda events on the current stream, device-wide guard"
+# A run is charged for work outside the current stream only beyond this much (ms) more than an
+# empty synchronize: the host's wake-up after a synchronize varies by a few microseconds.
+GUARD_SLACK_MS = 0.010
 MAX_MESSAGE = 1 << 20
 
 
@@ -588,42 +594,106 @@ class Runner:
         junk = torch.full((n,), float("nan"), device=self.device)
         del junk
 
-    def time_model(self, model, input_sets, warmup, trials):
+    def time_model(self, model, input_sets, warmup, trials, runs=None):
         """Statistics in ms over `trials` calls after `warmup` ones, rotating through the distinct
-        `input_sets` (each call gets fresh clones), the L2 cache flushed before every call."""
+        `input_sets` (each call gets fresh clones), the L2 cache flushed before every call.
+
+        On CUDA the clock is KernelBench's: a start event, the call and an end event, all on the
+        current stream, right behind the flush, which keeps the GPU busy while the host enters
+        the call. Work the call leaves on another stream would end after the end event, so the
+        whole device is then synchronized and a third event recorded; an empty synchronize right
+        after gives what that costs by itself. A run whose device-wide time exceeds its stream
+        time by more than that, plus GUARD_SLACK_MS, is charged the excess, and the statistics
+        count it in `outside_stream_runs`. Synchronizes spin meanwhile (spinning_synchronize).
+        `runs`, a list, receives each run's (stream, device, empty) times in ms."""
         torch = self.torch
         h = self.h
         times = []
-        with torch.no_grad():
+        charged = 0
+        with torch.no_grad(), (spinning_synchronize() if self.is_cuda else contextlib.nullcontext()):
             for i in range(warmup):
                 model(*self.clone(input_sets[i % len(input_sets)]))
             self.sync()
             if self.is_cuda:
-                flush = torch.empty(int(self.l2_bytes() * 2) // 4, dtype=torch.int32, device=self.device)
+                flush = torch.empty(self.flush_bytes() // 4, dtype=torch.int32, device=self.device)
+                start, end, after, empty0, empty1 = (h.cuda_event(enable_timing=True) for _ in range(5))
             for i in range(trials):
                 args = self.clone(input_sets[i % len(input_sets)])
                 if self.is_cuda:
+                    h.cuda_synchronize()  # the clones and anything a previous run left anywhere
                     flush.zero_()
-                    start = h.cuda_event(enable_timing=True)
-                    end = h.cuda_event(enable_timing=True)
-                    h.cuda_synchronize()
                     start.record()
                     model(*args)
-                    h.cuda_synchronize()  # device-wide: work on any stream is counted
                     end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
+                    h.cuda_synchronize()
+                    after.record()
+                    after.synchronize()
+                    empty0.record()
+                    h.cuda_synchronize()
+                    empty1.record()
+                    empty1.synchronize()
+                    on_stream = start.elapsed_time(end)
+                    device_wide = start.elapsed_time(after)
+                    empty = empty0.elapsed_time(empty1)
+                    excess = device_wide - on_stream - empty - GUARD_SLACK_MS
+                    if excess > 0:
+                        charged += 1
+                    times.append(on_stream + max(excess, 0.0))
+                    if runs is not None:
+                        runs.append((on_stream, device_wide, empty))
                 else:
                     t0 = h.perf_counter()
                     model(*args)
                     times.append((h.perf_counter() - t0) * 1000.0)
-        return stats(times)
+        out = stats(times)
+        if self.is_cuda and out is not None:
+            out["outside_stream_runs"] = charged
+        return out
+
+    def flush_bytes(self):
+        """What the write before each timed run covers: twice the L2 cache, at least 256 MiB
+        (KernelBench's flush; it also keeps the GPU busy while the host enters the call)."""
+        return max(int(self.l2_bytes() * 2), 256 << 20)
 
     def l2_bytes(self):
         try:
             return max(self.torch.cuda.get_device_properties(self.device).L2_cache_size, 1 << 20)
         except Exception:
             return 64 << 20
+
+
+@contextlib.contextmanager
+def spinning_synchronize():
+    """While timing, a synchronize spins instead of letting the thread sleep: after a wait of more
+    than a few microseconds the driver's default puts it to sleep, and waking it up then takes tens
+    of microseconds, which the device-wide guard would read as work left on another stream. Sets
+    the CUDA context's scheduling flags through the driver (cuCtxSetFlags, CUDA 12.1 and later) and
+    restores them after; with an older driver, nothing changes."""
+    lib = None
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        get_flags, set_flags = lib.cuCtxGetFlags, lib.cuCtxSetFlags
+    except (OSError, AttributeError):
+        lib = None
+    flags = ctypes.c_uint(0)
+    if lib is None or get_flags(ctypes.byref(flags)) != 0:
+        yield
+        return
+    sched_mask, sched_spin = 0x07, 0x01  # CU_CTX_SCHED_MASK, CU_CTX_SCHED_SPIN
+    changed = set_flags(ctypes.c_uint((flags.value & ~sched_mask) | sched_spin)) == 0
+    try:
+        yield
+    finally:
+        if changed:
+            set_flags(flags)
+
+
+def note_outside_stream(result, key, name):
+    """Moves the count of runs charged for work outside the current stream into the result's
+    metadata (the evaluator reports it), where there were any."""
+    n = (result.get(key) or {}).pop("outside_stream_runs", 0)
+    if n:
+        result.setdefault("metadata", {})[name] = "{} of {}".format(n, result[key]["num_trials"])
 
 
 def stats(times):
@@ -851,6 +921,7 @@ def child_run(job, torch, h):
         r.release()
         if job.get("measure_performance") and job.get("time_reference"):
             result["ref_runtime"] = r.time_model(ref_model, timing_sets(), warmup, timing_trials)
+            note_outside_stream(result, "ref_runtime", "reference_outside_stream_runs")
         del ref_model
         r.release()
     except BaseException as exc:
@@ -941,6 +1012,7 @@ def child_run(job, torch, h):
             return failure("reward_hack", "the candidate wrote into its input tensors", **result)
         result["trials_passed"] = t + 1
     out = cand_in = inputs = None
+    ref_outputs.clear()  # judged: their device memory goes to the input families' runs
     r.release()
     result["correct_on_problem_inputs"] = True
     result["max_abs_error"] = max_abs
@@ -996,6 +1068,7 @@ def child_run(job, torch, h):
         t0 = time.monotonic()
         try:
             result["runtime"] = r.time_model(cand_model, timing_sets(), warmup, timing_trials)
+            note_outside_stream(result, "runtime", "outside_stream_runs")
             h.check_untouched()
         except RewardHack as exc:
             return failure("reward_hack", str(exc), **result)
@@ -1175,6 +1248,7 @@ def main():
         "pid": os.getpid(),
         "platform": args.platform,
         "torch": torch.__version__,
+        "timing": TIMING_METHOD,
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
         "python": sys.version.split()[0],

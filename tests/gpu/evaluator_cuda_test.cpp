@@ -176,3 +176,59 @@ TEST_CASE("GPU reward hacks are caught and the GPU recovers after an illegal mem
   std::cout << table;
   save("hacks.md", table);
 }
+
+TEST_CASE("with the static checker off, work left on a side stream is still timed") {
+  // The two side-stream hacks launch the honest candidate's kernel on a stream of their own and
+  // return without the current stream waiting for it. The static checker rejects them; here it is
+  // off, so the timing's device-wide guard has to charge what they leave behind. It resolves
+  // tens of microseconds: on the example problem (a kernel of a few) the table only records what
+  // happens; at 8192 x 4096 (about 0.14 ms) the hacks must be charged in nearly every run and
+  // timed no faster than the honest kernel.
+  const fs::path dir = fs::path(KBRL_SOURCE_DIR) / "tests/gpu/hacks";
+  auto config = cuda_config("side-streams");
+  config.static_checks = false;
+  eval::LocalEvaluator ev(config);
+  const std::vector<std::string> problems = {"examples/problems/1_ScaledResidualAdd.py",
+                                             "tests/gpu/hacks/problem_large_scaled_residual_add.py"};
+  const std::vector<std::string> candidates = {"scaled_residual_add_honest.py", "side_stream_torch.py",
+                                               "side_stream_cuda.py"};
+  std::vector<core::EvalRequest> requests;
+  for (const auto& problem : problems)
+    for (const auto& name : candidates) {
+      core::EvalRequest r;
+      r.request_id = name;
+      r.problem = problem_from(fs::path(KBRL_SOURCE_DIR) / problem, problem);
+      r.candidate_source = read_text(dir / name);
+      r.language = core::KernelLanguage::cuda;
+      requests.push_back(std::move(r));
+    }
+  const auto results = ev.evaluate(requests);
+  std::string table =
+      "| problem | candidate | verdict | runtime ms (mean) | reference ms | runs charged for other streams |\n"
+      "|---|---|---|---|---|---|\n";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& res = results[i];
+    const auto it = res.metadata.find("timing_outside_stream_runs");
+    table += fmt::format("| {} | {} | {} | {} | {} | {} |\n", requests[i].problem.id, requests[i].request_id,
+                         core::to_string(res.error_category),
+                         res.runtime ? fmt::format("{:.4f}", res.runtime->mean_ms) : "-",
+                         res.ref_runtime ? fmt::format("{:.4f}", res.ref_runtime->mean_ms) : "-",
+                         it == res.metadata.end() ? "none" : it->second);
+  }
+  std::cout << table;
+  save("side_streams.md", table);
+  for (const auto& res : results) {
+    INFO(res.request_id << ": " << res.error_message);
+    REQUIRE(res.correct);
+    REQUIRE(res.runtime);
+  }
+  const std::size_t large = candidates.size();  // the honest candidate on the large problem
+  for (std::size_t i = large + 1; i < results.size(); ++i) {
+    const auto& hack = results[i];
+    INFO(hack.request_id);
+    REQUIRE(hack.metadata.count("timing_outside_stream_runs") == 1);
+    const std::string charged = hack.metadata.at("timing_outside_stream_runs");  // "<n> of <trials>"
+    CHECK(std::stoi(charged) >= 90);
+    CHECK(hack.runtime->mean_ms >= 0.8 * results[large].runtime->mean_ms);
+  }
+}

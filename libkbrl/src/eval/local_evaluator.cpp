@@ -89,6 +89,7 @@ struct Lane {
   std::unique_ptr<Subprocess> proc;
   std::atomic<pid_t> pid{-1};  // of the running worker, readable from other threads
   std::string torch_version;
+  std::string timing_method;  // how the worker times runs: part of the reference-timing cache key
   std::string device_name;  // reported by the first run on this lane
   std::thread thread;
 };
@@ -373,6 +374,7 @@ struct LocalEvaluator::Impl {
       if (string_or(hello, "event") != "ready" || number_or(hello, "protocol", 0) != kWorkerProtocol)
         throw core::Error("unexpected greeting " + *line);
       lane.torch_version = string_or(hello, "torch");
+      lane.timing_method = string_or(hello, "timing");
       lane.pid = lane.proc->pid();
     } catch (const std::exception& e) {
       why = fmt::format("worker {} did not start ({}); see {}", lane.name, e.what(), o.stderr_path.string());
@@ -626,9 +628,9 @@ struct LocalEvaluator::Impl {
 
   std::string baseline_key(const Lane& lane, const Job& job) const {
     const auto& o = job.req.options;
-    return core::sha256_hex(fmt::format("{}|{}|{}|{}|{}|{}|{}", job.req.problem.content_hash, lane.device_name,
+    return core::sha256_hex(fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", job.req.problem.content_hash, lane.device_name,
                                         lane.torch_version, core::to_string(job.req.precision), o.warmup_runs,
-                                        o.timing_trials, kWorkerProtocol));
+                                        o.timing_trials, kWorkerProtocol, lane.timing_method));
   }
 
   void run_stage(Lane& lane, const JobPtr& job) {
@@ -709,6 +711,10 @@ struct LocalEvaluator::Impl {
       for (const auto& [k, v] : s->get_object())
         if (v.is_number()) r.stage_seconds[std::string(k)] = v.to_number<double>();
     r.runtime = timing_of(reply, "runtime");
+    // What the timing noticed ("outside_stream_runs": "3 of 100", ...).
+    if (const auto* m = reply.if_contains("metadata"); m != nullptr && m->is_object())
+      for (const auto& [k, v] : m->get_object())
+        if (v.is_string()) r.metadata["timing_" + std::string(k)] = std::string(v.get_string());
     r.ref_runtime = cached_baseline ? cached_baseline : timing_of(reply, "ref_runtime");
     if (lane.device_name.empty() && !r.device.empty()) lane.device_name = r.device;
     // A reference timing noisier than its own mean (a busy machine) is used once, not cached.
