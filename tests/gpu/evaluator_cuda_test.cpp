@@ -227,7 +227,7 @@ TEST_CASE("with the static checker off, work left on a side stream is still time
     const auto& hack = results[i];
     INFO(hack.request_id);
     REQUIRE(hack.metadata.count("timing_outside_stream_runs") == 1);
-    const std::string charged = hack.metadata.at("timing_outside_stream_runs");  // "<n> of <trials>"
+    const std::string charged = hack.metadata.at("timing_outside_stream_runs");  // "<n> of <trials>, <x> ms each"
     CHECK(std::stoi(charged) >= 90);
     CHECK(hack.runtime->mean_ms >= 0.8 * results[large].runtime->mean_ms);
   }
