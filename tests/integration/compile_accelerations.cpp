@@ -21,7 +21,6 @@
 #include <iostream>
 #include <map>
 #include <regex>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
