@@ -546,7 +546,7 @@ def run_precompile(args):
         ref_src = reference_source(args.checkout, c)
         kernel_src = (Path(args.workload) / c["file"]).read_text()
         limit = min(args.kb_timeout, hard - now)
-        started = time.time()
+        cand_started = time.time()
         result, status = None, "done"
         before = len(build_records(probe, "eval"))
         with mp.Pool(1) as pool:
@@ -567,7 +567,7 @@ def run_precompile(args):
                           "runtime_stats": {}, "ref_runtime_stats": {}, "metadata": {"error": str(e)}}
         finished = time.time()
         loads = build_records(probe, "eval")[before:]
-        out.write(candidate_record(c, started, finished, result, status, per_dir.get(build_dir_of(c)) and sum(per_dir[build_dir_of(c)]),
+        out.write(candidate_record(c, cand_started, finished, result, status, per_dir.get(build_dir_of(c)) and sum(per_dir[build_dir_of(c)]),
                                    {"index": i, "eval_build_s": sum(r["seconds"] for r in loads) if loads else None,
                                     "kernelbench_import": KB_NOTES}))
         if status.startswith("cut"):

@@ -118,7 +118,10 @@ def summarize_config(name, data):
          "meta": {k: v for k, v in data["meta"].items() if k != "order"}, "ended": data["end"] is not None}
     started = data["meta"].get("started")
     if data["end"]:
-        s["wall_s"] = data["end"].get("wall_s")
+        # The configuration's whole wall time, its build phase included (kb_runner.py's own
+        # wall_s of kb-precompile runs up to 2026-11-25 counted the last candidate only).
+        finished = data["end"].get("finished")
+        s["wall_s"] = finished - started if None not in (finished, started) else data["end"].get("wall_s")
         s["stopped"] = data["end"].get("stopped") or "exit code {}".format(data["end"].get("exit_code"))
     elif started is not None:
         if cands:

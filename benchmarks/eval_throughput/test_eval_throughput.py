@@ -391,6 +391,28 @@ print(json.dumps({"wait_s": turns.wait_s, "turns": turns.turns}))
 """
 
 
+def test_precompile_wall():
+    """A configuration's wall time runs from its meta line's start to its end line, the build phase
+    included, whatever the end line's own wall_s says (kb-precompile runs up to 2026-11-25 wrote
+    the last candidate's there)."""
+    f0 = "level_1_problem_19_sample_0_kernel.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        write_jsonl(d / "kb-precompile.jsonl", [
+            {"type": "meta", "config": "kb-precompile", "started": 10.0},
+            {"type": "phase", "name": "compile", "wall_s": 100.0, "candidates": [f0], "compiled": {f0: True},
+             "compile_s": {f0: 90.0}},
+            cand(f0, "as_is", 84.7, True, True, speedup=1.5, index=0),
+            {"type": "end", "finished": 410.0, "wall_s": 84.7, "stopped": "budget reached"}])
+        out = d / "results.md"
+        res = subprocess.run([sys.executable, str(HERE / "summarize.py"), "-o", str(out), str(d)],
+                             capture_output=True, text=True)
+        check(res.returncode == 0, "summarize.py runs: " + res.stderr[-2000:])
+        if res.returncode == 0:
+            wall = json.loads(out.with_suffix(".json").read_text())["summaries"]["kb-precompile"]["wall_s"]
+            check(abs(wall - 400.0) < 1e-9, "kb-precompile's wall: build and evaluation, 400 s: {}".format(wall))
+
+
 def test_cpu_sampler():
     """kb_runner.py cpu-sampler prints the share of all cores busy, a percentage, until killed."""
     proc = subprocess.Popen([sys.executable, str(HERE / "kb_runner.py"), "cpu-sampler", "--interval", "0.2"],
@@ -431,7 +453,8 @@ def test_gpu_turns():
 
 
 def main():
-    tests = (test_sample_order, test_arch_names, test_kb_import, test_cpu_sampler, test_gpu_turns, test_summarize, test_resumed_verdicts, test_retry_verdict)
+    tests = (test_sample_order, test_arch_names, test_kb_import, test_cpu_sampler, test_gpu_turns, test_summarize, test_resumed_verdicts, test_retry_verdict,
+             test_precompile_wall)
     failed_tests = 0
     for test in tests:
         before = len(FAILED)
