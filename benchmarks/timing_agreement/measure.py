@@ -15,7 +15,9 @@ first on an idle machine, then with every core busy with a spinning process at n
 evaluator's compilers run at nice 10). Writes results.json and results.md into --out.
 """
 import argparse
+import contextlib
 import ctypes
+import io
 import json
 import os
 import platform
@@ -121,7 +123,7 @@ def before(model, inputs, warmup=5, trials=100):
     return times
 
 
-def measure(kb, runner, name, model, inputs, rounds):
+def measure(kb, runner, model, inputs, rounds):
     rec = {"kernelbench": [], "kbrl": [], "kbrl-before": [], "on_stream": [], "device_minus_stream": [], "empty": [],
            "charged": 0, "runs": 0}
     for _ in range(rounds):
@@ -172,8 +174,6 @@ def main():
                            "python": platform.python_version(), "kernelbench_import": notes,
                            "context_flags_while_timing": flags.value},
                "conditions": {}}
-    import io
-    import contextlib
     for condition, load in (("idle", 0), ("loaded", args.load)):
         procs = busy_cores(load)
         time.sleep(0.5 if load else 0)
@@ -181,7 +181,7 @@ def main():
             rows = {}
             for name, model, inputs in cases:
                 with contextlib.redirect_stdout(io.StringIO()):  # KernelBench prints a line per call
-                    rows[name] = measure(kb, runner, name, model, inputs, args.rounds)
+                    rows[name] = measure(kb, runner, model, inputs, args.rounds)
                 print(condition, name, {k: round(statistics.mean(rows[name][k]), 4)
                                         for k in ("kernelbench", "kbrl", "kbrl-before")}, flush=True)
         finally:

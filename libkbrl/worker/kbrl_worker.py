@@ -672,7 +672,6 @@ def spinning_synchronize():
     of microseconds, which the device-wide guard would read as work left on another stream. Sets
     the CUDA context's scheduling flags through the driver (cuCtxSetFlags, CUDA 12.1 and later) and
     restores them after; with an older driver, nothing changes."""
-    lib = None
     try:
         lib = ctypes.CDLL("libcuda.so.1")
         get_flags, set_flags = lib.cuCtxGetFlags, lib.cuCtxSetFlags

@@ -711,7 +711,7 @@ struct LocalEvaluator::Impl {
       for (const auto& [k, v] : s->get_object())
         if (v.is_number()) r.stage_seconds[std::string(k)] = v.to_number<double>();
     r.runtime = timing_of(reply, "runtime");
-    // What the timing noticed ("outside_stream_runs": "3 of 100", ...).
+    // What the timing noticed ("outside_stream_runs": "3 of 100, 0.0213 ms each", ...).
     if (const auto* m = reply.if_contains("metadata"); m != nullptr && m->is_object())
       for (const auto& [k, v] : m->get_object())
         if (v.is_string()) r.metadata["timing_" + std::string(k)] = std::string(v.get_string());
