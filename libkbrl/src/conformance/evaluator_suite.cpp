@@ -82,7 +82,7 @@ std::string wrap_forward(const std::string& correct, const std::vector<std::stri
 
 std::string call_inner() { return fmt::format("return self.{}(*args, **kwargs)", kInner); }
 
-std::string names(const std::vector<ErrorCategory>& categories) {
+std::string category_names(const std::vector<ErrorCategory>& categories) {
   std::string s;
   for (auto c : categories) s += (s.empty() ? "" : " or ") + std::string(core::to_string(c));
   return s;
@@ -124,7 +124,7 @@ void wait_all(std::vector<Submission>& subs, std::chrono::milliseconds timeout) 
     if (s.submit_error.empty()) s.outcome = detail::wait_for_value(s.future, deadline);
 }
 
-// The ids and the category of one answered submission; returns false when a check failed.
+// The ids an answered submission came back with.
 void check_ids(Checks& checks, const Submission& s) {
   const auto& r = *s.outcome.value;
   checks.expect(r.request_id == s.request.request_id,
@@ -139,7 +139,7 @@ void check_category(Checks& checks, const Submission& s) {
   const auto& accepted = s.candidate->categories;
   if (std::find(accepted.begin(), accepted.end(), r.error_category) == accepted.end())
     checks.fail(fmt::format("{} candidate ('{}'): error category {}, expected {}{}", s.candidate->name,
-                            s.request.request_id, core::to_string(r.error_category), names(accepted),
+                            s.request.request_id, core::to_string(r.error_category), category_names(accepted),
                             r.error_message.empty() ? "" : " (message: " + r.error_message.substr(0, 300) + ")"));
 }
 
