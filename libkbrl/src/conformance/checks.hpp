@@ -73,7 +73,8 @@ class Checks {
 template <class T>
 struct Outcome {
   std::optional<T> value;
-  std::string error;  // set when there is no value: "not ready after ...", or the exception's text
+  std::string error;  // set when there is no value: what happened instead
+  bool timed_out = false;
 };
 
 // Waits for `f` until `deadline`. A deferred future (std::async's deferred launch) is read at
@@ -87,6 +88,7 @@ Outcome<T> wait_for_value(std::future<T>& f, Clock::time_point deadline) {
   }
   if (f.wait_until(deadline) == std::future_status::timeout) {
     out.error = "no result before the suite's result_timeout";
+    out.timed_out = true;
     return out;
   }
   try {

@@ -281,9 +281,7 @@ Report run_evaluator_suite(const EvaluatorSuiteOptions& options) {
       requests.push_back(request_for(options, **it, fmt::format("{}/order/{}-{}", prefix, requests.size(), (*it)->name)));
     // evaluate() waits for every result without a deadline: after an evaluator that lost results
     // in the first batch it could wait forever, so it is not called then.
-    const bool lost = std::any_of(subs.begin(), subs.end(), [](const Submission& s) {
-      return s.submit_error.empty() && !s.outcome.value && s.outcome.error.starts_with("no result");
-    });
+    const bool lost = std::any_of(subs.begin(), subs.end(), [](const Submission& s) { return s.outcome.timed_out; });
     if (lost) return checks.skip("results of the first batch never came (see one_result_per_request)");
     std::optional<std::vector<core::EvalResult>> answer;
     try {
