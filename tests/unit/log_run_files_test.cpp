@@ -101,6 +101,80 @@ TEST_CASE("jsonl drops a torn last line when read and when reopened") {
   CHECK(read_jsonl(dir / "missing.jsonl").empty());
 }
 
+// Bytes this process has read through read(2) and pread(2) so far (Linux's /proc/self/io rchar):
+// shows how much of a file a reader touched, without timing anything.
+std::uint64_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  std::uint64_t value = 0;
+  while (io >> key >> value)
+    if (key == "rchar:") return value;
+  FAIL("no rchar in /proc/self/io");
+  return 0;
+}
+
+TEST_CASE("read_last_jsonl reads the last lines from the end of a large file") {
+  const auto dir = scratch("jsonl_tail");
+  const auto file = dir / "metrics.jsonl";
+  constexpr int kLines = 200000;  // about 18 MB
+  {
+    JsonlWriter w(file);
+    for (int i = 0; i < kLines; ++i) w.write({{"step", i}, {"reward/mean", 0.5}, {"pad", std::string(60, 'x')}});
+    w.flush();
+  }
+  REQUIRE(fs::file_size(file) > 15'000'000);
+  const auto before = bytes_read_so_far();
+  const auto last = read_last_jsonl(file, 3);
+  const auto read = bytes_read_so_far() - before;
+  REQUIRE(last.size() == 3);
+  CHECK(last[0].at("step").as_int64() == kLines - 3);
+  CHECK(last[2].at("step").as_int64() == kLines - 1);
+  INFO("bytes read: " << read);
+  CHECK(read < 1'000'000);  // the tail, not the 18 MB
+
+  // A kill mid-write leaves a torn line, here cut just before its newline so that it even parses:
+  // it is not a line yet.
+  { std::ofstream(file, std::ios::app) << "{\"step\": " << kLines << ", \"reward/mean\": 0.5}"; }
+  const auto after_kill = read_last_jsonl(file, 2);
+  REQUIRE(after_kill.size() == 2);
+  CHECK(after_kill[1].at("step").as_int64() == kLines - 1);
+  // The same lines as reading the whole file.
+  const auto all = read_jsonl(file);
+  REQUIRE(all.size() == static_cast<std::size_t>(kLines));
+  CHECK(read_last_jsonl(file, 1).back() == all.back());
+}
+
+TEST_CASE("read_last_jsonl across block boundaries, long lines and bad lines") {
+  const auto dir = scratch("jsonl_tail_edges");
+  const auto file = dir / "m.jsonl";
+  CHECK(read_last_jsonl(dir / "missing.jsonl", 5).empty());
+  { std::ofstream(file, std::ios::trunc); }
+  CHECK(read_last_jsonl(file, 5).empty());
+  { std::ofstream(file, std::ios::trunc) << "{\"a\": 1}"; }  // one torn line only
+  CHECK(read_last_jsonl(file, 5).empty());
+  // Lines longer than the first blocks read (64 KiB, then 128 KiB), an unparsable line, a
+  // non-object, a blank line and a torn end: the same objects as read_jsonl, the last n of them.
+  {
+    std::ofstream out(file, std::ios::trunc);
+    out << "{\"i\": 0}\n";
+    out << "{\"i\": 1, \"big\": \"" << std::string(300000, 'y') << "\"}\n";
+    out << "not json\n";
+    out << "[1, 2]\n";
+    out << "\n";
+    out << "{\"i\": 2}\n";
+    out << "{\"i\": 3, \"big\": \"" << std::string(70000, 'z') << "\"}\n";
+    out << "{\"i\": 4}";  // torn: no newline
+  }
+  const auto all = read_jsonl(file);
+  REQUIRE(all.size() == 4);
+  for (std::size_t n = 0; n <= 6; ++n) {
+    INFO("n = " << n);
+    const auto tail = read_last_jsonl(file, n);
+    REQUIRE(tail.size() == std::min<std::size_t>(n, 4));
+    for (std::size_t k = 0; k < tail.size(); ++k) CHECK(tail[k] == all[all.size() - tail.size() + k]);
+  }
+}
+
 TEST_CASE("tensorboard reads our scalars and histograms") {
   const auto dir = scratch("tensorboard");
   {
@@ -233,6 +307,24 @@ TEST_CASE("a run lock reports the run state and refuses a second holder") {
   {
     RunLock lock(a);
     { JsonlWriter(a / "metrics.jsonl").write({{"step", 0}, {"reward/mean", 0.5}}); }
+    {
+      JsonlWriter checkpoints(c / "checkpoints.jsonl");
+      checkpoints.write({{"step", 0}, {"state", "checkpoints/step_000000/state"}});
+      checkpoints.write({{"step", 4}, {"state", "checkpoints/step_000004/state"}});
+    }
+    {
+      JsonlWriter metrics(c / "metrics.jsonl");
+      for (int s = 0; s < 6; ++s) metrics.write({{"step", s}, {"reward/mean", 0.125 * s}});
+    }
+    { std::ofstream(c / "metrics.jsonl", std::ios::app) << "{\"step\": 6, \"rew"; }  // killed mid-line
+    const auto sc = read_run_status(c);
+    CHECK(sc.state == "new");
+    CHECK(sc.steps == 6);
+    REQUIRE(sc.last_reward.has_value());
+    CHECK(*sc.last_reward == 0.625);
+    REQUIRE(sc.checkpoint_step.has_value());
+    CHECK(*sc.checkpoint_step == 4);
+    CHECK(format_run_status(sc).find("checkpoint:  step 4") != std::string::npos);
     CHECK(read_run_status(a).state == "running");
     try {
       RunLock second(a);
@@ -246,6 +338,7 @@ TEST_CASE("a run lock reports the run state and refuses a second holder") {
   const auto sa = read_run_status(a);
   CHECK(sa.state == "finished");
   CHECK(sa.steps == 1);
+  CHECK_FALSE(sa.checkpoint_step.has_value());
   REQUIRE(sa.last_reward.has_value());
   CHECK(*sa.last_reward == 0.5);
 
