@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/jsonl.hpp"
 
@@ -38,12 +39,15 @@ std::string host_name() {
 }
 
 std::optional<boost::json::object> read_json_object(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // A run's files are read while it runs: one missing or half written is not an error here.
+  std::optional<std::string> text;
+  try {
+    text = core::read_file_if_exists(p);
+  } catch (const core::Error&) {
+  }
+  if (!text) return std::nullopt;
   boost::system::error_code ec;
-  auto v = boost::json::parse(ss.str(), ec);
+  auto v = boost::json::parse(*text, ec);
   if (ec || !v.is_object()) return std::nullopt;
   return v.as_object();
 }
@@ -108,13 +112,21 @@ RunStatus read_run_status(const fs::path& dir) {
     if (info->contains("pid") && info->at("pid").is_int64()) s.pid = static_cast<int>(info->at("pid").as_int64());
     if (s.state == "running" && !lock_held(dir)) s.state = "crashed";
   }
-  const auto metrics = read_jsonl(dir / "metrics.jsonl");
-  s.steps = static_cast<std::int64_t>(metrics.size());
-  if (!metrics.empty()) {
-    const auto* r = metrics.back().if_contains("reward/mean");
+  // Only the last lines matter, and the files grow by a line per step: read from their ends.
+  const auto last_metrics = read_last_jsonl(dir / "metrics.jsonl", 1);
+  if (!last_metrics.empty()) {
+    const auto& last = last_metrics.back();
+    const auto* r = last.if_contains("reward/mean");
     if (r != nullptr && r->is_number()) s.last_reward = r->to_number<double>();
-    const auto* st = metrics.back().if_contains("step");
-    if (st != nullptr && st->is_int64()) s.steps = st->as_int64() + 1;
+    const auto* st = last.if_contains("step");
+    // A line without its step (not one kbrl writes) leaves counting the lines.
+    s.steps = st != nullptr && st->is_int64() ? st->as_int64() + 1
+                                              : static_cast<std::int64_t>(read_jsonl(dir / "metrics.jsonl").size());
+  }
+  const auto last_checkpoint = read_last_jsonl(dir / "checkpoints.jsonl", 1);
+  if (!last_checkpoint.empty()) {
+    const auto* st = last_checkpoint.back().if_contains("step");
+    if (st != nullptr && st->is_int64()) s.checkpoint_step = st->as_int64();
   }
   return s;
 }
@@ -145,10 +157,11 @@ std::string format_run_table(const std::vector<RunStatus>& runs) {
 }
 
 std::string format_run_status(const RunStatus& r) {
-  return fmt::format("run:         {}\nstate:       {}\nsteps:       {}\nlast reward: {}\nstarted:     {}\nupdated:     {}\n"
-                     "process:     {} on {}\n",
+  return fmt::format("run:         {}\nstate:       {}\nsteps:       {}\nlast reward: {}\ncheckpoint:  {}\n"
+                     "started:     {}\nupdated:     {}\nprocess:     {} on {}\n",
                      r.path, r.state, r.steps, r.last_reward ? fmt::format("{:.4f}", *r.last_reward) : std::string("-"),
-                     r.started, r.updated, r.pid, r.host);
+                     r.checkpoint_step ? fmt::format("step {}", *r.checkpoint_step) : std::string("-"), r.started,
+                     r.updated, r.pid, r.host);
 }
 
 }  // namespace kbrl::log

@@ -3,7 +3,6 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
-#include <iostream>
 #include <numeric>
 
 #include "kbrl/core/json.hpp"
@@ -44,7 +43,7 @@ RunLog::RunLog(const RunConfig& config, std::FILE* progress)
 RunLog::~RunLog() = default;
 
 std::optional<CheckpointRecord> RunLog::last_checkpoint() const {
-  const auto lines = log::read_jsonl(path_ / "checkpoints.jsonl");
+  const auto lines = log::read_last_jsonl(path_ / "checkpoints.jsonl", 1);
   if (lines.empty()) return std::nullopt;
   const auto& last = lines.back();
   CheckpointRecord c;

@@ -1,4 +1,4 @@
-// No fmt here: torch's include directory carries another fmt (see src/model/torch/text.hpp).
+// No fmt here: torch's include directory carries another fmt (kbrl/core/text.hpp).
 #include "kbrl/train/torch/policy.hpp"
 
 #include <ATen/ATen.h>
@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "kbrl/core/error.hpp"
-#include "kbrl/model/chat_tokens.hpp"
+#include "kbrl/tokenizer/chat_tokens.hpp"
 
 namespace kbrl::train {
 
@@ -34,10 +34,10 @@ Policy::Policy(PolicyOptions options) : options_(std::move(options)) {
   load.device = resolve_device(options_.device);
   dtype_ = resolve_dtype(options_.dtype, load.device);
   load.dtype = dtype_ == "bf16" ? at::kBFloat16 : at::kFloat;
-  tokenizer_ = std::make_unique<model::Tokenizer>(model::Tokenizer::from_file(options_.model / "tokenizer.json"));
-  renderer_ = model::chat_renderer_for(options_.chat_template, *tokenizer_, options_.model);
-  for (const auto id : model::checkpoint_stop_ids(options_.model, *tokenizer_)) stop_ids_.push_back(id);
-  for (const auto id : model::stop_sequence_ids(*renderer_, *tokenizer_))
+  tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(options_.model / "tokenizer.json"));
+  renderer_ = tokenizer::chat_renderer_for(options_.chat_template, *tokenizer_, options_.model);
+  for (const auto id : tokenizer::checkpoint_stop_ids(options_.model, *tokenizer_)) stop_ids_.push_back(id);
+  for (const auto id : tokenizer::stop_sequence_ids(*renderer_, *tokenizer_))
     if (std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end()) stop_ids_.push_back(id);
   token_bytes_ = model::token_bytes_of(*tokenizer_);  // the tokenizer lives on the heap: moves keep it
   decoder_ = std::make_shared<model::DecoderModel>(model::DecoderModel::load(options_.model, load));
@@ -62,8 +62,8 @@ const model::LoraModel& Policy::lora() const {
 
 void Policy::save_lora(const std::filesystem::path& dir) const { lora().save(dir, options_.model.string()); }
 
-std::vector<model::TokenId> Policy::prompt_tokens(const std::vector<core::Message>& conversation) const {
-  return model::render_chat_ids(*renderer_, *tokenizer_, conversation, /*add_generation_prompt=*/true);
+std::vector<tokenizer::TokenId> Policy::prompt_tokens(const std::vector<core::Message>& conversation) const {
+  return tokenizer::render_chat_ids(*renderer_, *tokenizer_, conversation, /*add_generation_prompt=*/true);
 }
 
 std::string Policy::prompt_text(const std::vector<core::Message>& conversation) const {
@@ -84,7 +84,7 @@ core::Completion Policy::completion(const model::Sample& s) const {
   c.tokens.assign(s.tokens.begin(), s.tokens.end());
   c.num_tokens = static_cast<int>(s.tokens.size());
   c.truncated = s.stop_reason == model::StopReason::kMaxTokens;
-  std::vector<model::TokenId> text_ids(s.tokens.begin(), s.tokens.end());
+  std::vector<tokenizer::TokenId> text_ids(s.tokens.begin(), s.tokens.end());
   if (!c.truncated && !text_ids.empty()) text_ids.pop_back();  // the stop token itself
   c.text = tokenizer_->decode(text_ids, /*skip_special_tokens=*/true);
   return c;
@@ -96,7 +96,7 @@ PolicyCompleter::PolicyCompleter(const Policy& policy, model::SamplingParams par
 std::vector<core::Transition> PolicyCompleter::complete(const std::vector<std::vector<core::Message>>& conversations,
                                                         std::int64_t n, std::uint64_t seed) {
   std::vector<std::vector<std::int64_t>> prompts;
-  std::vector<std::vector<model::TokenId>> ids;
+  std::vector<std::vector<tokenizer::TokenId>> ids;
   std::vector<std::string> texts;
   for (const auto& c : conversations) {
     ids.push_back(policy_.prompt_tokens(c));

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "kbrl/core/types.hpp"
-#include "kbrl/model/decoder.hpp"
-#include "kbrl/model/lora.hpp"
-#include "kbrl/model/sampler.hpp"
-#include "kbrl/model/tokenizer.hpp"
+#include "kbrl/model/torch/decoder.hpp"
+#include "kbrl/model/torch/lora.hpp"
+#include "kbrl/model/torch/sampler.hpp"
 #include "kbrl/prompt/chat_renderer.hpp"
+#include "kbrl/tokenizer/tokenizer.hpp"
 #include "kbrl/train/rollouts.hpp"
 
 namespace kbrl::train {
@@ -60,14 +60,14 @@ class Policy {
   const PolicyOptions& options() const { return options_; }
   c10::Device device() const { return decoder_->device(); }
   const std::string& dtype_name() const { return dtype_; }  // "bf16" or "fp32"
-  const model::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const prompt::ChatRenderer& renderer() const { return *renderer_; }
   const std::vector<std::int64_t>& stop_token_ids() const { return stop_ids_; }
   // Shared with the TrainingClient that trains it: samples follow every optimizer step.
   const std::shared_ptr<model::DecoderModel>& decoder() const { return decoder_; }
 
   // The conversation as the policy reads it, ready for its answer (generation prompt added).
-  std::vector<model::TokenId> prompt_tokens(const std::vector<core::Message>& conversation) const;
+  std::vector<tokenizer::TokenId> prompt_tokens(const std::vector<core::Message>& conversation) const;
   std::string prompt_text(const std::vector<core::Message>& conversation) const;
 
   // Samples from the current weights without gradients (model::Sampler semantics); the
@@ -81,7 +81,7 @@ class Policy {
  private:
   PolicyOptions options_;
   std::string dtype_;
-  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<prompt::ChatRenderer> renderer_;
   std::vector<std::int64_t> stop_ids_;
   model::TokenBytes token_bytes_;
