@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -392,4 +393,70 @@ TEST_CASE("compilers run at the configured niceness and runs at the evaluator ni
   const auto result = ev.evaluate({request("nice-off", candidate)})[0];
   INFO(result.error_message);
   CHECK(result.correct);
+}
+
+namespace {
+
+// A stand-in for the worker that speaks the golden protocol (tests/data/worker_protocol/), with
+// `change` applied to every reply (Python statements on `reply` and `job`).
+std::filesystem::path fake_worker(const std::string& name, const std::string& greeting_change, const std::string& change) {
+  const auto dir = std::filesystem::path(KBRL_TEST_TMP) / "fake-workers";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / (name + ".py");
+  std::ofstream out(path);
+  out << "import json, os, sys\n"
+      << "golden = '" << KBRL_SOURCE_DIR << "/tests/data/worker_protocol'\n"
+      << "def load(name):\n    with open(os.path.join(golden, name)) as f:\n        return json.load(f)\n"
+      << "reply = load('ready.json')\n" << greeting_change << "\n"
+      << "print(json.dumps(reply), flush=True)\n"
+      << "for line in sys.stdin:\n"
+      << "    job = json.loads(line)\n"
+      << "    if job['op'] == 'shutdown':\n        break\n"
+      << "    reply = load(job['op'] + '_reply.json')\n"
+      << "    reply['job_id'] = job['job_id']\n"
+      << "    " << change << "\n"
+      << "    print(json.dumps(reply), flush=True)\n";
+  return path;
+}
+
+core::EvalResult evaluate_with(const std::string& name, const std::string& greeting_change, const std::string& change) {
+  auto c = config(name);
+  c.worker_script = fake_worker(name, greeting_change, change);
+  eval::LocalEvaluator ev(c);
+  return ev.evaluate({request(name, kCorrectPython)})[0];
+}
+
+}  // namespace
+
+TEST_CASE("a worker that breaks the protocol gives internal results naming the field, never a crash") {
+  // The golden replies as they are: a correct, timed result (the protocol itself is sound).
+  const auto golden = evaluate_with("fake-golden", "", "pass");
+  INFO(golden.error_message);
+  CHECK(golden.correct);
+  CHECK(golden.metadata.at("compile_pch") == "used");
+  REQUIRE(golden.runtime.has_value());
+  CHECK(golden.runtime->mean_ms == 0.0625);
+
+  const auto missing = evaluate_with("fake-missing", "", "reply.pop('trials_total', None)");
+  CHECK(missing.error_category == ErrorCategory::internal);
+  CHECK(missing.error_message.find("field 'trials_total' is missing") != std::string::npos);
+  CHECK(missing.compiled);
+  CHECK_FALSE(missing.correct);
+
+  const auto extra = evaluate_with("fake-extra", "", "reply['retries'] = 1");
+  CHECK(extra.error_category == ErrorCategory::internal);
+  CHECK(extra.error_message.find("compile job: field 'retries' is not part of the protocol") != std::string::npos);
+  CHECK_FALSE(extra.compiled);
+
+  const auto wrong_run = evaluate_with("fake-wrong-run", "", "if job['op'] == 'run': reply['correct'] = 'yes'");
+  CHECK(wrong_run.error_category == ErrorCategory::internal);
+  CHECK(wrong_run.error_message.find("field 'correct' must be true or false") != std::string::npos);
+
+  const auto other_job = evaluate_with("fake-other-job", "", "reply['job_id'] = 'someone-else'");
+  CHECK(other_job.error_category == ErrorCategory::internal);
+  CHECK(other_job.error_message.find("field 'job_id' is 'someone-else'") != std::string::npos);
+
+  const auto old = evaluate_with("fake-old", "reply['protocol'] = 2", "pass");
+  CHECK(old.error_category == ErrorCategory::internal);
+  CHECK(old.error_message.find("the worker speaks protocol 2") != std::string::npos);
 }
