@@ -23,6 +23,7 @@
 #include "kbrl/eval/static_check.hpp"
 #include "kbrl/eval/subprocess.hpp"
 #include "kbrl/eval/worker_protocol.hpp"
+#include "kbrl/log/jsonl.hpp"
 
 #ifndef KBRL_DEFAULT_PYTHON
 #define KBRL_DEFAULT_PYTHON "python3"
@@ -171,6 +172,7 @@ struct LocalEvaluator::Impl {
   Stats stats;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::map<std::string, core::TimingStats> baselines;
+  std::unique_ptr<log::JsonlWriter> baseline_log;  // <work_dir>/baselines.jsonl, opened at the first new baseline
   // On the CPU backend builds and timed runs share the cores: a run waits for the builds in
   // flight, and no new build starts while a run waits or runs, so timings are not taken under load.
   int active_compiles = 0;
@@ -249,18 +251,30 @@ struct LocalEvaluator::Impl {
       sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.compile_cache_dir.string(), config.compile_cache_dir.string()});
   }
 
+  // A torn last line (a kill mid-write) is skipped by read_jsonl and cut by the writer; a line
+  // without a key or a timing is skipped too: that baseline is simply measured again.
   void load_baselines() {
-    const auto text = read_file(config.work_dir / "baselines.jsonl");
-    if (!text) return;
-    std::istringstream lines(*text);
-    std::string line;
-    while (std::getline(lines, line)) {
+    for (const auto& line : log::read_jsonl(config.work_dir / "baselines.jsonl")) {
+      const json::value* key = line.if_contains("key");
+      const json::value* timing = line.if_contains("ref_runtime");
+      if (key == nullptr || !key->is_string() || timing == nullptr) continue;
       try {
-        const auto v = core::parse_json(line).as_object();
-        baselines[std::string(v.at("key").as_string())] = json::value_to<core::TimingStats>(v.at("ref_runtime"));
+        baselines[std::string(key->get_string())] = json::value_to<core::TimingStats>(*timing);
       } catch (const std::exception&) {
-        // a torn last line after a crash: that baseline is simply measured again
       }
+    }
+  }
+
+  // Called with `mu` held. A baselines file that cannot be written costs only the cache's
+  // persistence: the timing stays cached in memory and the result is unaffected.
+  void append_baseline_locked(const std::string& key, const std::string& problem, const std::string& device,
+                              const core::TimingStats& timing) {
+    try {
+      if (!baseline_log) baseline_log = std::make_unique<log::JsonlWriter>(config.work_dir / "baselines.jsonl");
+      baseline_log->write(json::object{
+          {"key", key}, {"problem", problem}, {"device", device}, {"ref_runtime", json::value_from(timing)}});
+      baseline_log->flush();
+    } catch (const std::exception&) {
     }
   }
 
@@ -677,14 +691,8 @@ struct LocalEvaluator::Impl {
     if (!cached_baseline && r.ref_runtime && config.baseline_cache && r.ref_runtime->std_ms <= r.ref_runtime->mean_ms) {
       bkey = baseline_key(lane, *job);
       std::lock_guard lock(mu);
-      if (baselines.emplace(bkey, *r.ref_runtime).second) {
-        std::ofstream out(config.work_dir / "baselines.jsonl", std::ios::app);
-        out << json::serialize(json::object{{"key", bkey},
-                                            {"problem", job->req.problem.id},
-                                            {"device", lane.device_name},
-                                            {"ref_runtime", json::value_from(*r.ref_runtime)}})
-            << "\n";
-      }
+      if (baselines.emplace(bkey, *r.ref_runtime).second)
+        append_baseline_locked(bkey, job->req.problem.id, lane.device_name, *r.ref_runtime);
     }
     if (r.error_category == ErrorCategory::none) {
       if (!config.keep_logs) fs::remove(log);
