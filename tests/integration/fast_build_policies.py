@@ -153,7 +153,9 @@ def main():
     work = sys.argv[1] if len(sys.argv) > 1 else "light_tier_errors"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    fast = kbrl_fast_build.FastBuild(torch, {"light_headers": True, "dir": work}, work)
+    # A compile job's fast_build settings: light headers only.
+    settings = {"pch": False, "light_headers": True, "parallel_passes": False, "binding_early": True, "dir": work}
+    fast = kbrl_fast_build.FastBuild(torch, settings, work)
     if not fast.light:
         print("skipped: this torch builds no CUDA sources")
         return 0
@@ -168,7 +170,7 @@ def main():
         check(name not in names, "{} is not".format(name))
     check(fast.names_beyond_minimal() is names and os.path.exists(os.path.join(fast.light_base, "beyond-minimal-names.txt")),
           "worked out once, kept with the shadow headers")
-    again = kbrl_fast_build.FastBuild(torch, {"light_headers": True, "dir": work}, work)
+    again = kbrl_fast_build.FastBuild(torch, settings, work)
     again.light_tiers()
     check(again.names_beyond_minimal() == names, "a later compile reads the same names")
     for output, want in MESSAGES:

@@ -92,8 +92,8 @@ def main():
     work = sys.argv[1]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    fast = kbrl_fast_build.FastBuild(torch, {"light_headers": True, "parallel_passes": True,
-                                             "dir": os.path.join(work, "cache")}, tempfile.mkdtemp(dir=work))
+    fast = kbrl_fast_build.FastBuild(torch, {"pch": False, "light_headers": True, "parallel_passes": True,
+                                             "binding_early": True, "dir": os.path.join(work, "cache")}, tempfile.mkdtemp(dir=work))
     header = fast.light_binding_header()
     check(header is not None, "torch's headers are laid out as the light binding header expects")
     if header is None:
