@@ -272,7 +272,9 @@ struct LocalEvaluator::Impl {
       visible.push_back(python.parent_path().parent_path());  // a virtual environment's root
     for (const auto& p : visible) {
       std::error_code ec;
-      const fs::path abs = fs::absolute(p, ec);
+      // Canonical: bubblewrap cannot mount onto a symbolic link (a virtual environment linked
+      // into the checkout from elsewhere); the link itself still resolves inside the sandbox.
+      const fs::path abs = fs::canonical(p, ec);
       if (!ec && fs::exists(abs)) sandbox_prefix.insert(sandbox_prefix.end(), {"--ro-bind", abs.string(), abs.string()});
     }
     sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.work_dir.string(), config.work_dir.string()});
