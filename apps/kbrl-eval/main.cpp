@@ -23,7 +23,7 @@
 #include "kbrl/core/json.hpp"
 #include "kbrl/dataset/load.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
-#include "kbrl/eval/static_check.hpp"
+#include "kbrl/check/static_check.hpp"
 #include "kbrl/eval/summary.hpp"
 #include "kbrl/log/progress.hpp"
 #include "kbrl/log/tensorboard.hpp"
@@ -129,7 +129,7 @@ eval::LocalEvaluatorConfig evaluator_config(const apps::Args& args) {
   c.compile_pch = !args.flag("no-compile-pch");
   c.compile_light_headers = !args.flag("no-light-headers");
   c.compile_parallel_passes = !args.flag("no-parallel-passes");
-  if (auto f = args.optional("static-config")) c.static_check_severity = eval::load_static_check_config(*f).severity;
+  if (auto f = args.optional("static-config")) c.static_check_severity = check::load_static_check_config(*f).severity;
   const std::string sandbox = args.get("sandbox", "auto");
   if (sandbox == "auto") c.sandbox = eval::SandboxMode::automatic;
   else if (sandbox == "on") c.sandbox = eval::SandboxMode::on;

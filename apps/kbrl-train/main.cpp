@@ -15,7 +15,7 @@
 
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/run_dir.hpp"
-#include "kbrl/train/rl_loop.hpp"
+#include "kbrl/train/torch/rl_loop.hpp"
 #include "kbrl/train/run_config.hpp"
 
 namespace fs = std::filesystem;

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kbrl/model/decoder.hpp"
-#include "kbrl/model/sampler.hpp"
+#include "kbrl/model/torch/decoder.hpp"
+#include "kbrl/model/torch/sampler.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The environments with a scripted evaluator (results chosen by the test, requests recorded):
 // single and multi-turn episodes, the feedback prompt, advantages on hand-computed numbers, and
-// the dataset's batches. tests/integration/env_local_evaluator_test.cpp runs real evaluations.
+// the dataset's batches. tests/integration/env_local_evaluator.cpp runs real evaluations.
 #include <fstream>
 #include <future>
 #include <set>
