@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kbrl/model/torch/decoder.hpp"
@@ -44,12 +45,27 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+constexpr const char* kUsage =
+    "usage: kbrl_bench_sampler <checkpoint dir> [--device cuda] [--dtype bf16|fp32] [--batches 1,16,64]\n"
+    "       [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file]\n"
+    "Decode tokens/s of kbrl's sampler for each batch size (benchmarks/sampler/run.sh runs it next to\n"
+    "transformers' generate).\n";
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (asks_for_help(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kbrl_bench_sampler <checkpoint dir> [--device cuda] [--dtype bf16|fp32] [--batches 1,16,64]\n"
-                         "       [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   std::string device = "cuda", dtype = "bf16", batches = "1,16,64", json;

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kbrl/model/torch/lora.hpp"
@@ -26,10 +27,22 @@
 using namespace kbrl::model;
 namespace fs = std::filesystem;
 
+namespace {
+constexpr const char* kUsage =
+    "usage: kbrl_bench_train_step <checkpoint dir> <work dir> [--device cuda] [--seq 4096] [--rank 32]\n"
+    "       [--steps 5] [--no-checkpoint]\n"
+    "The kbrl half of benchmarks/train_step/run.sh: PEFT adapter parity inputs, then the time of a LoRA\n"
+    "forward + backward step on one sequence.\n";
+}  // namespace
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: kbrl_bench_train_step <checkpoint dir> <work dir> [--device cuda] [--seq 4096] [--rank 32]\n"
-                         "       [--steps 5] [--no-checkpoint]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   const fs::path model_dir = argv[1], work = argv[2];

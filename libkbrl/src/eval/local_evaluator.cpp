@@ -1,5 +1,6 @@
 #include "kbrl/eval/local_evaluator.hpp"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -34,6 +35,12 @@
 #ifndef KBRL_WORKER_INSTALL_PATH
 #define KBRL_WORKER_INSTALL_PATH ""
 #endif
+#ifndef KBRL_WORKER_FROM_LIBDIR
+#define KBRL_WORKER_FROM_LIBDIR ""
+#endif
+#ifndef KBRL_WORKER_FROM_BINDIR
+#define KBRL_WORKER_FROM_BINDIR ""
+#endif
 
 namespace kbrl::eval {
 namespace fs = std::filesystem;
@@ -48,8 +55,28 @@ std::string default_python() {
   return "python3";
 }
 
+namespace {
+// The worker of the installation this code runs from, wherever its prefix was installed or moved
+// to: <libdir>/../share/kbrl/ seen from a shared libkbrl, <bindir>/../share/kbrl/ from a program
+// that libkbrl is linked into. Empty when neither exists (a build tree, say).
+fs::path installed_worker_script() {
+  static const char anchor = 0;  // an address inside whichever file holds libkbrl's code
+  std::vector<fs::path> candidates;
+  Dl_info info{};
+  if (::dladdr(&anchor, &info) != 0 && info.dli_fname != nullptr && fs::path(info.dli_fname).is_absolute())
+    candidates.push_back(fs::path(info.dli_fname).parent_path() / KBRL_WORKER_FROM_LIBDIR);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path() / KBRL_WORKER_FROM_BINDIR);
+  for (const auto& c : candidates)
+    if (c.filename() == "kbrl_worker.py" && fs::is_regular_file(c, ec)) return c.lexically_normal();
+  return {};
+}
+}  // namespace
+
 fs::path default_worker_script() {
   if (const char* p = std::getenv("KBRL_WORKER_SCRIPT"); p != nullptr && *p != '\0') return p;
+  if (auto installed = installed_worker_script(); !installed.empty()) return installed;
   for (const char* candidate : {KBRL_WORKER_INSTALL_PATH, KBRL_WORKER_SOURCE_PATH})
     if (*candidate != '\0' && fs::exists(candidate)) return candidate;
   return KBRL_WORKER_SOURCE_PATH;
@@ -242,7 +269,9 @@ struct LocalEvaluator::Impl {
       visible.push_back(python.parent_path().parent_path());  // a virtual environment's root
     for (const auto& p : visible) {
       std::error_code ec;
-      const fs::path abs = fs::absolute(p, ec);
+      // Canonical: bubblewrap cannot mount onto a symbolic link (a virtual environment linked
+      // into the checkout from elsewhere); the link itself still resolves inside the sandbox.
+      const fs::path abs = fs::canonical(p, ec);
       if (!ec && fs::exists(abs)) sandbox_prefix.insert(sandbox_prefix.end(), {"--ro-bind", abs.string(), abs.string()});
     }
     sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.work_dir.string(), config.work_dir.string()});
