@@ -7,14 +7,19 @@
 #include <kbrl/eval/local_evaluator.hpp>
 #include <kbrl/log/jsonl.hpp>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "catch.hpp"
 
@@ -348,6 +353,94 @@ TEST_CASE("fp32 references run without TF32") {
       "x * 0")})[0];
   INFO(result.error_message);
   CHECK(result.correct);
+}
+
+namespace {
+
+// A reference that returns its input, +-v alternating (v exactly representable in fp16 and bf16),
+// and a candidate that moves every value away from zero by d: |out - ref| = d and the relative L2
+// error d / v, exactly, since v + d is representable too (d is a few units in the last place).
+core::EvalRequest offset_request(const std::string& id, core::Precision precision, double v, double d) {
+  auto r = request(id, python_candidate("", fmt::format("        return x + x.sign() * {:.17g}", d)));
+  r.problem.id = "test/" + id;
+  r.problem.content_hash = id;
+  r.problem.source = fmt::format(
+      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+      "        super().__init__()\n\n    def forward(self, x):\n        return x.clone()\n\n"
+      "def get_inputs():\n    return [torch.tensor([{0:.17g}, -{0:.17g}] * 512, dtype=torch.float32)]\n\n"
+      "def get_init_inputs():\n    return []\n",
+      v);
+  r.precision = precision;
+  r.options.measure_performance = false;
+  r.options.input_families = false;  // scaled inputs would scale the allowed error: this is about the bounds
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fp16 and bf16 outputs are judged by their precision's tolerances") {
+  // The defaults (core::default_tolerance): |out - ref| <= atol + rtol |ref| with atol = rtol =
+  // 1e-2 for fp16 and bf16, and a relative L2 error within the worker's NORM_TOLERANCE (2e-2 for
+  // fp16, 3e-2 for bf16). Each error below is one unit in the last place inside or outside its
+  // bound, the nearest the output's own precision can come to it.
+  REQUIRE(core::default_tolerance(core::Precision::fp16) == core::Tolerance{1e-2, 1e-2});
+  REQUIRE(core::default_tolerance(core::Precision::bf16) == core::Tolerance{1e-2, 1e-2});
+  using core::Precision;
+  struct Case {
+    const char* id;
+    Precision precision;
+    double v, d;
+    const char* failure;  // nullptr: correct
+  };
+  const double fp16_ulp_2 = std::ldexp(1.0, -9), fp16_ulp_quarter = std::ldexp(1.0, -12);  // ulp at 2 and at 0.25
+  const double bf16_ulp_2 = std::ldexp(1.0, -6), bf16_ulp_quarter = std::ldexp(1.0, -9);
+  const std::vector<Case> cases = {
+      // Elementwise, at |ref| = 2: the bound is 0.01 + 0.01 * 2 = 0.03 (relative L2 error below 2e-2).
+      {"fp16-elementwise-inside", Precision::fp16, 2.0, 15 * fp16_ulp_2, nullptr},       // 0.0293
+      {"fp16-elementwise-outside", Precision::fp16, 2.0, 16 * fp16_ulp_2, "values differ"},  // 0.03125
+      {"bf16-elementwise-inside", Precision::bf16, 2.0, 1 * bf16_ulp_2, nullptr},        // 0.0156
+      {"bf16-elementwise-outside", Precision::bf16, 2.0, 2 * bf16_ulp_2, "values differ"},   // 0.03125
+      // Relative L2, at |ref| = 0.25: elementwise the bound is 0.0125, not reached; d / 0.25 is
+      // the relative L2 error against 2e-2 (fp16) and 3e-2 (bf16).
+      {"fp16-norm-inside", Precision::fp16, 0.25, 20 * fp16_ulp_quarter, nullptr},                 // 0.0195
+      {"fp16-norm-outside", Precision::fp16, 0.25, 21 * fp16_ulp_quarter, "relative L2 norm"},     // 0.0205
+      {"bf16-norm-inside", Precision::bf16, 0.25, 3 * bf16_ulp_quarter, nullptr},                  // 0.0234
+      {"bf16-norm-outside", Precision::bf16, 0.25, 4 * bf16_ulp_quarter, "relative L2 norm"},      // 0.03125
+      // bf16's looser L2 bound is its own: the error bf16 accepts is too much for fp16.
+      {"fp16-norm-bf16-error", Precision::fp16, 0.25, 3 * bf16_ulp_quarter, "relative L2 norm"},  // 0.0234
+      // The fp16 tolerance belongs to fp16: the same error at fp32 (atol = rtol = 1e-4) fails.
+      {"fp32-fp16-error", Precision::fp32, 2.0, 15 * fp16_ulp_2, "values differ"},
+  };
+  std::vector<core::EvalRequest> requests;
+  for (const auto& c : cases) requests.push_back(offset_request(c.id, c.precision, c.v, c.d));
+  // A request's own atol overrides its precision's: 0.02 + 0.01 * 2 = 0.04 takes the error above.
+  auto widened = offset_request("fp16-elementwise-outside-atol", Precision::fp16, 2.0, 16 * fp16_ulp_2);
+  widened.options.atol = 2e-2;
+  requests.push_back(widened);
+
+  eval::LocalEvaluator ev(config("precision-tolerances"));
+  const auto results = ev.evaluate(requests);
+  REQUIRE(results.size() == cases.size() + 1);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    const auto& r = results[i];
+    INFO(c.id << ": " << r.error_message);
+    CHECK(r.request_id == c.id);
+    CHECK(r.trials_total >= 1);
+    if (c.failure == nullptr) {
+      CHECK(r.correct);
+      CHECK(r.error_category == ErrorCategory::none);
+      REQUIRE(r.max_abs_error.has_value());
+      CHECK(*r.max_abs_error == Catch::Approx(c.d).epsilon(1e-9));  // the error is the one intended
+    } else {
+      CHECK_FALSE(r.correct);
+      CHECK(r.error_category == ErrorCategory::correctness);
+      CHECK(r.error_message.find(c.failure) != std::string::npos);
+      if (r.max_abs_error) CHECK(*r.max_abs_error == Catch::Approx(c.d).epsilon(1e-9));
+    }
+  }
+  INFO(results.back().request_id << ": " << results.back().error_message);
+  CHECK(results.back().correct);
 }
 
 TEST_CASE("static-check errors stop a candidate before it is compiled and severities are configurable") {
