@@ -1,7 +1,8 @@
 // The whole kbrl-eval program on examples/solutions, the way a user runs it on an RL batch:
 // every candidate (correct, slow, wrong, broken, hacking) gets the verdict that
-// examples/solutions/expected.json records, the three result files are written and readable, and
-// a second run over the same folder resumes: nothing is evaluated again.
+// examples/solutions/expected.json records, the three result files are written and readable, a
+// second run over the same folder resumes: nothing is evaluated again, and a third after a line
+// of eval_results.jsonl was torn evaluates that candidate again.
 //
 // Registered as one CTest test (integration:kbrl_eval_solutions) with its own long timeout, not
 // through the *_test.cpp glob: the candidates are built for real, cold, which takes minutes.
@@ -312,4 +313,29 @@ TEST_CASE("kbrl-eval generations gives every example solution its expected verdi
   const json::value kb_again = core::parse_json(read_text(run_dir / "eval_results.json"));
   CHECK(kb_again == kb);
   CHECK(core::parse_json(read_text(run_dir / "eval_summary.json")) == summary);
+
+  // ---- third run: a line torn by a kill is evaluated again, and the file stays JSON Lines -----
+  // A kill in the middle of a write leaves the last line without its end; the resumed run must
+  // not read it, must evaluate that candidate again and must not glue its new line onto it.
+  const auto last_start = jsonl_text.rfind('\n', jsonl_text.size() - 2) + 1;
+  const std::string last_line = jsonl_text.substr(last_start, jsonl_text.size() - 1 - last_start);
+  const std::string torn_file(core::parse_json(last_line).as_object().at("file").as_string());
+  {
+    std::ofstream out(run_dir / "eval_results.jsonl", std::ios::binary | std::ios::trunc);
+    out << jsonl_text.substr(0, last_start + last_line.size() / 2);
+  }
+  const Run third = run_kbrl_eval(run_dir, work_dir, scratch, "third");
+  INFO("stderr of the third run:\n" << without_progress(third.err));
+  REQUIRE(third.exit_code == 0);
+  CHECK(third.err.find(fmt::format("{} candidates, {} already evaluated, 1 to go", files.size(), files.size() - 1)) !=
+        std::string::npos);
+  const std::string text_after = read_text(run_dir / "eval_results.jsonl");
+  CHECK(text_after.substr(0, last_start) == jsonl_text.substr(0, last_start));  // the whole lines kept as they were
+  const auto lines_after = lines_of(text_after);
+  REQUIRE(lines_after.size() == files.size());
+  const auto again = core::parse_json(lines_after.back()).as_object();
+  CHECK(std::string(again.at("file").as_string()) == torn_file);
+  CHECK(json::value_to<core::EvalResult>(again.at("result")).correct == results.at(torn_file).correct);
+  CHECK(core::parse_json(read_text(run_dir / "eval_summary.json")).as_object().at("total").to_number<int>() ==
+        static_cast<int>(files.size()));
 }
