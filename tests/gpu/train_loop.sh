@@ -14,7 +14,7 @@ mkdir -p "$out"
 work="$(mktemp -d "${TMPDIR:-/tmp}/kbrl-train-loop.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 "$python" scripts/make_demo_model.py "$work/model" --shapes 1.5b --vocab 32000
-common=(model.path="$work/model" dataset.problems="$kb" "dataset.levels=[1]" "dataset.name_pattern=level1/1[0-3]_*"
+common=(model.path="$work/model" dataset.problems="$kb" "dataset.levels=[1]" "dataset.include=level1/1[0-3]_*"
         dataset.eval_fraction=0 dataset.batch_size=4 dataset.group_size=8 dataset.max_steps=2 sampling.max_tokens=1024
         evaluator.timing_trials=20 train.micro_batch_tokens=32768 sampling.groups_per_call=4
         reward.weights.length=0.5 reward.length.target_tokens=64 reward.length.limit_tokens=1024)

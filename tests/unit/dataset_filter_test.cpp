@@ -87,9 +87,9 @@ TEST_CASE("filters combine levels numbers patterns and weights") {
   CHECK(ids(filter_problems(kProblems, numbers)) == std::vector<std::string>{"level2/19_ConvTranspose2d_GELU_GroupNorm"});
 
   ProblemFilter pattern;
-  pattern.name_pattern = "*RELU*";
+  pattern.include = {"*RELU*"};
   CHECK(ids(filter_problems(kProblems, pattern)) == std::vector<std::string>{"level1/19_ReLU", "level2/1_Conv2D_ReLU_BiasAdd"});
-  pattern.name_pattern = "level4/*";  // matched against the id
+  pattern.include = {"level4/*"};  // matched against the id
   CHECK(filter_problems(kProblems, pattern).size() == 2);
 
   ProblemFilter no_weights;
@@ -101,7 +101,7 @@ TEST_CASE("filters combine levels numbers patterns and weights") {
   ProblemFilter all;
   all.levels = {1, 2, 4};
   all.numbers = {1};
-  all.name_pattern = "*_*";
+  all.include = {"*_*"};
   all.exclude_needs_weights = true;
   CHECK(ids(filter_problems(kProblems, all)) ==
         std::vector<std::string>{"level1/1_Square_matrix_multiplication_", "level2/1_Conv2D_ReLU_BiasAdd"});
@@ -122,14 +122,53 @@ TEST_CASE("a filter criterion that selects nothing is an error") {
   CHECK(invalid_argument_message(kProblems, number).find("numbered 19") != std::string::npos);
 
   ProblemFilter pattern;
-  pattern.name_pattern = "*attention*";
-  CHECK(invalid_argument_message(kProblems, pattern).find("'*attention*' matches no problem") != std::string::npos);
-  pattern.name_pattern = "[relu";
+  pattern.include = {"*relu*", "*attention*"};  // the second one alone matches nothing
+  CHECK(invalid_argument_message(kProblems, pattern).find("include '*attention*' matches no problem") != std::string::npos);
+  pattern.include = {"[relu"};
   CHECK(invalid_argument_message(kProblems, pattern).find("never closed") != std::string::npos);
+  ProblemFilter exclude;
+  exclude.exclude = {"*softmax*", "*atention*"};  // a typo would otherwise exclude nothing, silently
+  CHECK(invalid_argument_message(kProblems, exclude).find("exclude '*atention*' matches no problem") != std::string::npos);
+  exclude.exclude = {"level1/\\"};
+  CHECK(invalid_argument_message(kProblems, exclude).find("lone") != std::string::npos);
 
   // Criteria that each match something may still combine to nothing: that is allowed.
   ProblemFilter combined;
   combined.levels = {3};
-  combined.name_pattern = "relu";
+  combined.include = {"relu"};
   CHECK(filter_problems(kProblems, combined).empty());
+}
+
+TEST_CASE("include keeps what matches any glob, exclude then drops what matches any") {
+  ProblemFilter f;
+  f.include = {"level1/*", "*conv*"};  // ids or names, any of the globs
+  CHECK(ids(filter_problems(kProblems, f)) ==
+        std::vector<std::string>{"level1/1_Square_matrix_multiplication_", "level1/19_ReLU", "level1/23_Softmax",
+                                 "level2/1_Conv2D_ReLU_BiasAdd", "level2/19_ConvTranspose2d_GELU_GroupNorm"});
+  f.exclude = {"*relu*", "softmax"};  // exclude wins over include
+  CHECK(ids(filter_problems(kProblems, f)) ==
+        std::vector<std::string>{"level1/1_Square_matrix_multiplication_", "level2/19_ConvTranspose2d_GELU_GroupNorm"});
+  CHECK_FALSE(filter_matches(f, kProblems[1]));  // ReLU: included, then excluded
+  CHECK(filter_matches(f, kProblems[4]));
+
+  ProblemFilter only_exclude;  // no include: everything, less the excluded
+  only_exclude.exclude = {"level4/*", "level3/*"};
+  CHECK(filter_problems(kProblems, only_exclude).size() == 5);
+  // An exclude glob must match some problem of the input, not only of what include kept.
+  ProblemFilter outside;
+  outside.include = {"level1/*"};
+  outside.exclude = {"MLP"};
+  CHECK(filter_problems(kProblems, outside).size() == 3);
+}
+
+TEST_CASE("check_glob names what is wrong with a glob") {
+  CHECK_NOTHROW(check_glob("level[12]/*_relu?"));
+  std::string message = "(no InvalidArgument)";
+  try {
+    check_glob("level[12/*");
+  } catch (const kbrl::core::InvalidArgument& e) {
+    message = e.what();
+  }
+  CHECK(message.find("'[' at position 5 is never closed") != std::string::npos);
+  CHECK_THROWS_AS(check_glob("x\\"), kbrl::core::InvalidArgument);
 }

@@ -1,8 +1,10 @@
 // The environments with a scripted evaluator (results chosen by the test, requests recorded):
 // single and multi-turn episodes, the feedback prompt, advantages on hand-computed numbers, and
-// the dataset's batches. tests/integration/env_local_evaluator_test.cpp runs real evaluations.
+// the dataset's batches. tests/integration/env_local_evaluator.cpp runs real evaluations.
+#include <fstream>
 #include <future>
 #include <set>
+#include <sstream>
 
 #include "catch.hpp"
 #include "kbrl/core/error.hpp"
@@ -184,6 +186,251 @@ TEST_CASE("excerpts keep the head and tail within the limit") {
   CHECK(e.find("line 399") != std::string::npos);
   CHECK(e.find("characters left out") != std::string::npos);
   CHECK(env::excerpt("short", 500) == "short");
+}
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+std::size_t count(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t p = text.find(part); p != std::string::npos; p = text.find(part, p + 1)) ++n;
+  return n;
+}
+
+// What torch's cpp_extension and gcc print for a CPU extension that does not build, colours on,
+// as the worker hands it over: the build log's tail, then the exception's text, which repeats it.
+std::string gcc_build_failure() {
+  const std::string dir = "/tmp/kbrl_eval/eval_work/builds/5d41402abc4b2a76b9719d911017c592";
+  const std::string log =
+      "[1/2] c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=kbrl_5d41402abc4b2a76b9719d911017c592 -isystem "
+      "/root/.venv/lib/python3.11/site-packages/torch/include -fPIC -std=c++17 -O3 -c " + dir + "/main.cpp -o main.o\n"
+      "FAILED: main.o\n"
+      "c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=kbrl_5d41402abc4b2a76b9719d911017c592 -fPIC -std=c++17 -O3 -c " + dir +
+      "/main.cpp -o main.o\n"
+      "In file included from /root/.venv/lib/python3.11/site-packages/torch/include/torch/extension.h:5,\n"
+      "                 from " + dir + "/main.cpp:1:\n"
+      "\x1b[01m\x1b[K" + dir + "/main.cpp:\x1b[m\x1b[K In function '\x1b[01m\x1b[Kat::Tensor relu_forward(at::Tensor)\x1b[m\x1b[K':\n"
+      "\x1b[01m\x1b[K" + dir + "/main.cpp:9:10:\x1b[m\x1b[K \x1b[01;35m\x1b[Kwarning: \x1b[m\x1b[Kunused variable 'n' [-Wunused-variable]\n"
+      "    9 |     auto n = x.numel();\n"
+      "      |          ^\n"
+      "\x1b[01m\x1b[K" + dir + "/main.cpp:12:5:\x1b[m\x1b[K \x1b[01;31m\x1b[Kerror: \x1b[m\x1b[K'out_ptr' was not declared in this scope; did you mean 'x_ptr'?\n"
+      "   12 |     out_ptr[i] = x_ptr[i] > 0.f ? x_ptr[i] : 0.f;\n"
+      "      |     \x1b[01;31m\x1b[K^~~~~~~\x1b[m\x1b[K\n"
+      "      |     x_ptr\n"
+      "\x1b[01m\x1b[K" + dir + "/main.cpp:15:1:\x1b[m\x1b[K \x1b[01;31m\x1b[Kerror: \x1b[m\x1b[Kexpected ';' before '}' token\n"
+      "   15 | }\n"
+      "      | ^\n"
+      "ninja: build stopped: subcommand failed.\n";
+  return log + "\nError building extension 'kbrl_5d41402abc4b2a76b9719d911017c592': " + log;
+}
+
+// nvcc's errors as the worker cleans them today (its "<build>/" placeholder).
+const std::string kNvccFailure =
+    "Error building extension 'kbrl_l1_21_sigmoid_s3'\n"
+    "<build>/cuda.cu(15): error: too many arguments in function call\n"
+    "      sigmoid_kernel<<<blocks, threads>>>(x.data_ptr<float>(), out.data_ptr<float>(), n, 1.0f);\n"
+    "                                                                                          ^\n"
+    "\n"
+    "<build>/cuda.cu(42): error: identifier \"kBlockK\" is undefined\n"
+    "<build>/cuda.cu(15): error: too many arguments in function call\n"
+    "      sigmoid_kernel<<<blocks, threads>>>(x.data_ptr<float>(), out.data_ptr<float>(), n, 1.0f);\n"
+    "                                                                                          ^\n"
+    "2 errors detected in the compilation of \"<build>/cuda.cu\".\n";
+
+// A CUDA fault raised in the candidate's forward, as a Python traceback through the worker and
+// torch, with torch's C++ stack and CUDA's advice.
+const std::string kCudaFault =
+    "trial 1: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    "\n"
+    "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):\n"
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x00007f3a2b1c4d5e in "
+    "/root/.venv/lib/python3.11/site-packages/torch/lib/libc10.so)\n"
+    "frame #1: c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool) + 0x118 "
+    "(0x00007f3a2b1c9a10 in /root/.venv/lib/python3.11/site-packages/torch/lib/libc10_cuda.so)\n"
+    "\n"
+    "Traceback (most recent call last):\n"
+    "  File \"/work/main/libkbrl/worker/kbrl_worker.py\", line 990, in run_correctness\n"
+    "    out = model(*inputs)\n"
+    "          ^^^^^^^^^^^^^^\n"
+    "  File \"/root/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py\", line 1751, in _wrapped_call_impl\n"
+    "    return self._call_impl(*args, **kwargs)\n"
+    "  File \"/tmp/kbrl_eval/eval_work/builds/9f86d081884c7d659a2feaa0c55ad015/candidate.py\", line 41, in forward\n"
+    "    return self.ext.relu_forward(x)\n"
+    "           ^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    "  File \"/root/.venv/lib/python3.11/site-packages/torch/_ops.py\", line 1158, in __call__\n"
+    "    return self._op(*args, **(kwargs or {}))\n"
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n";
+
+}  // namespace
+
+TEST_CASE("compiler errors reach the policy clean: first error first, each once, no paths or colours") {
+  const std::string raw = gcc_build_failure();
+  const std::string c = env::clean_error_text(raw, core::ErrorCategory::compile, 1500);
+  INFO(c);
+  CHECK(c.rfind("main.cpp:12:5: error: 'out_ptr' was not declared in this scope; did you mean 'x_ptr'?\n"
+                "   12 |     out_ptr[i] = x_ptr[i] > 0.f ? x_ptr[i] : 0.f;\n"
+                "      |     ^~~~~~~\n",
+                0) == 0);
+  CHECK(count(c, "error: 'out_ptr'") == 1);  // the log and the exception both had it
+  CHECK(count(c, "main.cpp:15:1: error: expected ';' before '}' token") == 1);
+  CHECK(c.find("main.cpp:12:5") < c.find("main.cpp:15:1"));
+  for (const std::string noise : {"/tmp", "/root", "5d41402a", "\x1b", "[K", "ninja", "FAILED", "-MMD", "c++ ", "warning",
+                                  "unused variable", "In file included", "In function", "Error building extension"})
+    CHECK_FALSE(has(c, noise));
+
+  const std::string n = env::clean_error_text(kNvccFailure, core::ErrorCategory::compile, 1500);
+  INFO(n);
+  CHECK(n.rfind("cuda.cu(15): error: too many arguments in function call\n", 0) == 0);
+  CHECK(has(n, "\n      sigmoid_kernel<<<blocks, threads>>>"));
+  CHECK(has(n, "cuda.cu(42): error: identifier \"kBlockK\" is undefined"));
+  CHECK(count(n, "too many arguments") == 1);
+  CHECK_FALSE(has(n, "<build>"));
+  CHECK_FALSE(has(n, "detected in the compilation"));
+  CHECK_FALSE(has(n, "kbrl_l1_21"));
+
+  // The linker's errors, without collect2's summary.
+  const std::string ld = env::clean_error_text(
+      "/usr/bin/ld: main.o: in function `relu_forward(at::Tensor)':\n"
+      "main.cpp:(.text+0x1a4): undefined reference to `launch_relu(float const*, float*, int)'\n"
+      "collect2: error: ld returned 1 exit status\n",
+      core::ErrorCategory::compile, 1500);
+  CHECK(ld == "main.cpp:(.text+0x1a4): undefined reference to `launch_relu(float const*, float*, int)'");
+}
+
+TEST_CASE("a cascade of compiler errors is cut to the first ones and a count") {
+  std::string raw;
+  for (int i = 1; i <= 40; ++i)
+    raw += "/tmp/b/0123456789abcdef0123/main.cpp:" + std::to_string(10 + i) + ":3: error: 'T" + std::to_string(i) +
+           "' was not declared in this scope\n   " + std::to_string(10 + i) + " |   T" + std::to_string(i) +
+           " x;\n      |   ^~\n";
+  const std::string c = env::clean_error_text(raw, core::ErrorCategory::compile, 600);
+  INFO(c);
+  CHECK(c.size() <= 600);
+  CHECK(c.rfind("main.cpp:11:3: error: 'T1' was not declared", 0) == 0);
+  CHECK(has(c, "more errors]"));
+  CHECK_FALSE(has(c, "'T40'"));
+  // The count is what was left out.
+  const auto shown = count(c, ": error: ");
+  CHECK(has(c, "[... " + std::to_string(40 - shown) + " more errors]"));
+}
+
+TEST_CASE("tracebacks keep the candidate's frames and the exception, not the evaluator's or torch's") {
+  const std::string c = env::clean_error_text(kCudaFault, core::ErrorCategory::crash, 1500);
+  INFO(c);
+  CHECK(c.rfind("trial 1: RuntimeError: CUDA error: an illegal memory access was encountered\n", 0) == 0);
+  CHECK(has(c, "Traceback (most recent call last):\n"
+               "  File \"candidate.py\", line 41, in forward\n"
+               "    return self.ext.relu_forward(x)\n"
+               "           ^^^^^^^^^^^^^^^^^^^^^^^^\n"
+               "RuntimeError: CUDA error: an illegal memory access was encountered"));
+  for (const std::string noise : {"kbrl_worker.py", "module.py", "_ops.py", "_call_impl", "frame #", "0x", "libc10",
+                                  "CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA", "asynchronously", "Exception raised from",
+                                  "9f86d081", "/tmp", "/root", "/pytorch"})
+    CHECK_FALSE(has(c, noise));
+
+  // No frame of the candidate's: the header goes too, the exception stays.
+  const std::string none = env::clean_error_text(
+      "Traceback (most recent call last):\n"
+      "  File \"/root/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py\", line 1751, in _wrapped_call_impl\n"
+      "    return self._call_impl(*args, **kwargs)\n"
+      "TypeError: forward() takes 2 positional arguments but 3 were given\n",
+      core::ErrorCategory::runtime, 1500);
+  CHECK(none == "TypeError: forward() takes 2 positional arguments but 3 were given");
+  // A progress line redrawn with carriage returns shows its last state; a long text keeps head and tail.
+  CHECK(env::clean_error_text("step 1%\rstep 50%\rstep 100%\nValueError: bad", core::ErrorCategory::runtime, 0) ==
+        "step 100%\nValueError: bad");
+  std::string lines;
+  for (int i = 0; i < 500; ++i) lines += "trial " + std::to_string(i) + ": values differ at index " + std::to_string(i) + "\n";
+  const std::string cut = env::clean_error_text(lines, core::ErrorCategory::correctness, 400);
+  CHECK(cut.size() <= 460);
+  CHECK(cut.rfind("trial 0:", 0) == 0);
+  CHECK(has(cut, "trial 499:"));
+}
+
+TEST_CASE("feedback wording is fixed per outcome and holds nothing else") {
+  auto o = options();
+  o.error_excerpt_chars = 800;
+  core::EvalResult compile;
+  compile.format_ok = true;
+  compile.error_category = core::ErrorCategory::compile;
+  compile.error_message = gcc_build_failure();
+  const std::string m = env::feedback_message(compile, 1, 3, o);
+  INFO(m);
+  CHECK(m.rfind("Attempt 1 of 3: did not compile.\n\nCompiler errors:\n```\nmain.cpp:12:5: error:", 0) == 0);
+  CHECK(has(m, "read the first compiler error"));
+  CHECK(has(m, "Write the complete improved program defining ModelNew"));
+  CHECK_FALSE(has(m, "/tmp"));
+  CHECK_FALSE(has(m, "\x1b"));
+
+  // A huge error text still gives a bounded message.
+  compile.error_message = std::string(1 << 20, 'x');
+  CHECK(env::feedback_message(compile, 1, 3, o).size() < 800 + 600);
+
+  core::EvalResult crash;
+  crash.format_ok = crash.compiled = true;
+  crash.error_category = core::ErrorCategory::crash;
+  crash.error_message = kCudaFault;
+  const std::string cm = env::feedback_message(crash, 2, 3, o);
+  CHECK(cm.rfind("Attempt 2 of 3: crashed.\n\nError:\n```\ntrial 1: RuntimeError: CUDA error", 0) == 0);
+
+  // The evaluator's own failures are not the policy's business: no error text at all.
+  core::EvalResult internal;
+  internal.error_category = core::ErrorCategory::internal;
+  internal.error_message = "worker child: BrokenPipeError: [Errno 32] Broken pipe\n  File \"/work/main/libkbrl/worker/kbrl_worker.py\"";
+  const std::string im = env::feedback_message(internal, 1, 3, o);
+  CHECK(im.rfind("Attempt 1 of 3: evaluator error.\n\nThe evaluator failed", 0) == 0);
+  CHECK_FALSE(has(im, "Broken pipe"));
+
+  // The checker's findings are its error text: listed once, the first five.
+  core::EvalResult checked;
+  checked.error_category = core::ErrorCategory::static_check;
+  for (int i = 1; i <= 7; ++i) {
+    checked.static_findings.push_back({"torch_fallback", "fallback", core::Severity::error, 10 + i, "calls torch.relu"});
+    checked.error_message += "torch_fallback (line " + std::to_string(10 + i) + "): calls torch.relu\n";
+  }
+  checked.static_findings.push_back({"unused_import", "style", core::Severity::warning, 1, "imports os"});
+  const std::string sm = env::feedback_message(checked, 1, 3, o);
+  INFO(sm);
+  CHECK(sm.rfind("Attempt 1 of 3: rejected by the static checker.\nStatic check 'torch_fallback' (line 11): calls torch.relu\n", 0) == 0);
+  CHECK(count(sm, "calls torch.relu") == 5);
+  CHECK(has(sm, "[... 2 more static check findings]"));
+  CHECK_FALSE(has(sm, "imports os"));
+
+  // Every category has its outcome line and its advice.
+  for (const auto category : {core::ErrorCategory::format, core::ErrorCategory::static_check, core::ErrorCategory::compile,
+                              core::ErrorCategory::runtime, core::ErrorCategory::correctness, core::ErrorCategory::timeout,
+                              core::ErrorCategory::crash, core::ErrorCategory::out_of_memory,
+                              core::ErrorCategory::reward_hack, core::ErrorCategory::internal}) {
+    core::EvalResult e;
+    e.error_category = category;
+    e.error_message = "detail";
+    const std::string text = env::feedback_message(e, 1, 2, o);
+    INFO(core::to_string(category) << ":\n" << text);
+    const auto first_line = text.substr(0, text.find('\n'));
+    CHECK(first_line.rfind("Attempt 1 of 2: ", 0) == 0);
+    CHECK(first_line.back() == '.');
+    CHECK(has(text, "\n\nWrite the complete improved program defining ModelNew, in the same answer format."));
+    CHECK(has(text, "```\ndetail\n```") == (category != core::ErrorCategory::internal));
+  }
+}
+
+TEST_CASE("the feedback examples in docs/environments.md are what feedback_message writes") {
+  std::ifstream in(std::string(KBRL_SOURCE_DIR) + "/docs/environments.md");
+  std::stringstream docs;
+  docs << in.rdbuf();
+  core::EvalResult nvcc;
+  nvcc.format_ok = true;
+  nvcc.error_category = core::ErrorCategory::compile;
+  nvcc.error_message = kNvccFailure;
+  for (const auto& e : {nvcc, wrong()}) {
+    const std::string m = env::feedback_message(e, 1, 3, options());
+    INFO(m);
+    CHECK(has(docs.str(), "~~~\n" + m + "\n~~~\n"));
+  }
 }
 
 TEST_CASE("dataset batches depend only on the seed and the index") {

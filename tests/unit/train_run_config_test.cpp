@@ -9,6 +9,8 @@
 
 #include "catch.hpp"
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/types.hpp"
+#include "kbrl/dataset/filter.hpp"
 
 using namespace kbrl;
 using train::load_run_config;
@@ -97,7 +99,8 @@ TEST_CASE("errors name the place and the key") {
 
 TEST_CASE("the resolved config reads back equal") {
   const auto c = load_run_config(std::nullopt, {"log_path=runs/r", "seed=42", "lora.rank=16", "lora.alpha=8.5",
-                                                "dataset.name_pattern=level1/1*", "sampling.temperature=0.7",
+                                                "dataset.include=[level1/1*, \"*relu*\"]", "dataset.exclude=level1/19_*",
+                                                "sampling.temperature=0.7",
                                                 "reward=kevin", "prompt.hardware=H100 \"SXM\""});
   const auto path = fs::path(KBRL_TEST_TMP) / "run_config" / "resolved.yaml";
   fs::create_directories(path.parent_path());
@@ -109,6 +112,80 @@ TEST_CASE("the resolved config reads back equal") {
   CHECK(back.prompt.hardware == "H100 \"SXM\"");
   CHECK(back.reward == c.reward);
   CHECK(back.sampling.temperature == 0.7);
+  CHECK(back.dataset.include == std::vector<std::string>{"level1/1*", "*relu*"});
+  CHECK(back.dataset.exclude == std::vector<std::string>{"level1/19_*"});
+}
+
+TEST_CASE("dataset include and exclude globs select the problems") {
+  const auto yaml = write_yaml("globs.yaml",
+                               "log_path: runs/g\n"
+                               "dataset:\n"
+                               "  levels: [1, 2]\n"
+                               "  include: [\"*relu*\", \"level1/2*\"]\n"
+                               "  exclude:\n"
+                               "    - \"*gelu*\"\n");
+  const auto c = load_run_config(yaml, {});
+  CHECK(c.dataset.include == std::vector<std::string>{"*relu*", "level1/2*"});
+  CHECK(c.dataset.exclude == std::vector<std::string>{"*gelu*"});
+  const auto f = train::problem_filter(c.dataset);
+  CHECK(f.levels == std::vector<int>{1, 2});
+  CHECK(f.include == c.dataset.include);
+  CHECK(f.exclude == c.dataset.exclude);
+  // One string on the command line is a list of one; an override replaces the file's list.
+  const auto o = load_run_config(yaml, {"dataset.include=level2/*", "dataset.exclude=[]"});
+  CHECK(o.dataset.include == std::vector<std::string>{"level2/*"});
+  CHECK(o.dataset.exclude.empty());
+  // A leading '*' would be a YAML alias: on the command line it is the glob.
+  CHECK(load_run_config(yaml, {"dataset.exclude=*gelu*"}).dataset.exclude == std::vector<std::string>{"*gelu*"});
+  // Applied to the bundled problems through dataset::filter_problems.
+  std::vector<core::Problem> problems(3);
+  problems[0].id = "level1/19_ReLU", problems[0].name = "ReLU", problems[0].level = 1;
+  problems[1].id = "level1/26_GELU_", problems[1].name = "GELU_", problems[1].level = 1;
+  problems[2].id = "level2/1_Conv2D_ReLU_GELU", problems[2].name = "Conv2D_ReLU_GELU", problems[2].level = 2;
+  const auto kept = dataset::filter_problems(problems, f);
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].id == "level1/19_ReLU");
+
+  const auto bad = write_yaml("bad_glob.yaml", "log_path: runs/g\ndataset:\n  exclude: [\"level[12/*\"]\n");
+  const auto bad_glob = error_of(bad, {});
+  CHECK(has(bad_glob, "bad_glob.yaml:3"));
+  CHECK(has(bad_glob, "dataset.exclude"));
+  CHECK(has(bad_glob, "never closed"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "dataset.include={a: 1}"}), "expected a list of strings"));
+}
+
+TEST_CASE("the retired dataset.name_pattern says what replaced it") {
+  const auto yaml = write_yaml("old.yaml", "log_path: runs/o\ndataset:\n  batch_size: 2\n  name_pattern: \"level1/*\"\n");
+  const auto from_file = error_of(yaml, {});
+  CHECK(has(from_file, "old.yaml:4"));
+  CHECK(has(from_file, "dataset.name_pattern"));
+  CHECK(has(from_file, "replaced by dataset.include"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "dataset.name_pattern=*relu*"}), "replaced by dataset.include"));
+}
+
+TEST_CASE("a key written twice in the file is an error naming both lines") {
+  const auto top = write_yaml("dup_top.yaml", "log_path: runs/a\nseed: 1\ndataset:\n  batch_size: 2\nseed: 2\n");
+  const auto top_error = error_of(top, {});
+  CHECK(has(top_error, "dup_top.yaml:5"));
+  CHECK(has(top_error, "field 'seed'"));
+  CHECK(has(top_error, "already set at line 2"));
+  // Two sections of the same name: their keys would merge silently otherwise.
+  const auto section = write_yaml("dup_section.yaml", "log_path: runs/a\ndataset:\n  batch_size: 2\nlora:\n  rank: 8\ndataset:\n  group_size: 4\n");
+  CHECK(has(error_of(section, {}), "dup_section.yaml:6"));
+  const auto nested = write_yaml("dup_nested.yaml", "log_path: runs/a\ndataset:\n  batch_size: 2\n  levels: [1]\n  batch_size: 8\n");
+  const auto nested_error = error_of(nested, {});
+  CHECK(has(nested_error, "dup_nested.yaml:5"));
+  CHECK(has(nested_error, "dataset.batch_size"));
+  CHECK(has(nested_error, "already set at line 3"));
+  // Deeper, inside the reward object, and with the key quoted the second time.
+  const auto reward = write_yaml("dup_reward.yaml",
+                                 "log_path: runs/a\nreward:\n  preset: stage2\n  weights:\n    speed: 0.5\n    \"speed\": 0.7\n");
+  const auto reward_error = error_of(reward, {});
+  CHECK(has(reward_error, "dup_reward.yaml:6"));
+  CHECK(has(reward_error, "reward.weights.speed"));
+  // The same key in two different mappings is no duplicate; an override may repeat a key.
+  const auto fine = write_yaml("no_dup.yaml", "log_path: runs/a\nlora:\n  rank: 8\nsampling:\n  top_k: 8\n");
+  CHECK(load_run_config(fine, {"seed=1", "seed=2"}).seed == 2);
 }
 
 TEST_CASE("the example configs are valid") {

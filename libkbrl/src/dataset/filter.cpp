@@ -23,20 +23,24 @@ std::size_t class_end(std::string_view pattern, std::size_t open) {
   return i < pattern.size() ? i + 1 : std::string_view::npos;
 }
 
-void check_pattern(std::string_view pattern) {
+}  // namespace
+
+void check_glob(std::string_view pattern) {
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '\\') {
       if (i + 1 == pattern.size())
-        throw core::InvalidArgument(fmt::format("name pattern '{}': ends with a lone '\\'", pattern));
+        throw core::InvalidArgument(fmt::format("glob '{}': ends with a lone '\\'", pattern));
       ++i;
     } else if (pattern[i] == '[') {
       const std::size_t end = class_end(pattern, i);
       if (end == std::string_view::npos)
-        throw core::InvalidArgument(fmt::format("name pattern '{}': '[' at position {} is never closed", pattern, i));
+        throw core::InvalidArgument(fmt::format("glob '{}': '[' at position {} is never closed", pattern, i));
       i = end - 1;
     }
   }
 }
+
+namespace {
 
 // Whether the set pattern[open, end) contains c (both already lowered where letters).
 bool class_contains(std::string_view pattern, std::size_t open, std::size_t end, char c) {
@@ -111,27 +115,37 @@ bool glob_match_checked(std::string_view pattern, std::string_view text) {
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 bool pattern_matches(const std::string& pattern, const core::Problem& p) {
-  return pattern.empty() || glob_match_checked(pattern, p.name) || glob_match_checked(pattern, p.id);
+  return glob_match_checked(pattern, p.name) || glob_match_checked(pattern, p.id);
+}
+
+bool any_matches(const std::vector<std::string>& patterns, const core::Problem& p) {
+  return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& g) { return pattern_matches(g, p); });
+}
+
+void check_patterns(const ProblemFilter& f) {
+  for (const auto& g : f.include) check_glob(g);
+  for (const auto& g : f.exclude) check_glob(g);
 }
 
 }  // namespace
 
 bool glob_match(std::string_view pattern, std::string_view text) {
-  check_pattern(pattern);
+  check_glob(pattern);
   return glob_match_checked(pattern, text);
 }
 
 bool filter_matches(const ProblemFilter& filter, const core::Problem& problem) {
-  check_pattern(filter.name_pattern);
+  check_patterns(filter);
   if (!filter.levels.empty() && !contains(filter.levels, problem.level)) return false;
   if (!filter.numbers.empty() && !contains(filter.numbers, problem.number)) return false;
   if (filter.exclude_needs_weights && problem.needs_weights) return false;
-  return pattern_matches(filter.name_pattern, problem);
+  if (!filter.include.empty() && !any_matches(filter.include, problem)) return false;
+  return !any_matches(filter.exclude, problem);
 }
 
 std::vector<core::Problem> filter_problems(const std::vector<core::Problem>& problems,
                                            const ProblemFilter& filter) {
-  check_pattern(filter.name_pattern);
+  check_patterns(filter);
   // Each criterion must select something by itself; an empty result from their combination is
   // left to the caller.
   std::set<int> levels_present;
@@ -153,11 +167,13 @@ std::vector<core::Problem> filter_problems(const std::vector<core::Problem>& pro
                             filter.levels.empty() ? "" : " of the selected levels", number,
                             *numbers_present.begin(), *numbers_present.rbegin()));
   }
-  if (!filter.name_pattern.empty() &&
-      std::none_of(problems.begin(), problems.end(),
-                   [&](const core::Problem& p) { return pattern_matches(filter.name_pattern, p); }))
-    throw core::InvalidArgument(
-        fmt::format("problem filter: name pattern '{}' matches no problem name or id", filter.name_pattern));
+  auto matches_none = [&](const std::string& g) {
+    return std::none_of(problems.begin(), problems.end(), [&](const core::Problem& p) { return pattern_matches(g, p); });
+  };
+  for (const auto& g : filter.include)
+    if (matches_none(g)) throw core::InvalidArgument(fmt::format("problem filter: include '{}' matches no problem name or id", g));
+  for (const auto& g : filter.exclude)
+    if (matches_none(g)) throw core::InvalidArgument(fmt::format("problem filter: exclude '{}' matches no problem name or id", g));
 
   std::vector<core::Problem> out;
   for (const core::Problem& p : problems)

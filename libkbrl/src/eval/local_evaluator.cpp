@@ -766,6 +766,17 @@ LocalEvaluator::~LocalEvaluator() {
     if (const pid_t pid = lane->pid.load(); pid > 0) ::kill(-pid, SIGKILL);
   for (auto& lane : impl_->lanes)
     if (lane->thread.joinable()) lane->thread.join();
+  {
+    // A lane that was compiling when `stopping` was set queues the job's run afterwards (or adds
+    // waiters to a build); no lane is left to take them, so they are answered here.
+    std::lock_guard lock(impl_->mu);
+    pending.insert(pending.end(), impl_->compile_queue.begin(), impl_->compile_queue.end());
+    pending.insert(pending.end(), impl_->run_queue.begin(), impl_->run_queue.end());
+    for (auto& [key, waiters] : impl_->compiling) pending.insert(pending.end(), waiters.begin(), waiters.end());
+    impl_->compile_queue.clear();
+    impl_->run_queue.clear();
+    impl_->compiling.clear();
+  }
   for (auto& job : pending) impl_->fail(job, ErrorCategory::internal, "the evaluator shut down before this request ran");
 }
 

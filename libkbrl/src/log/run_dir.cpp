@@ -108,13 +108,21 @@ RunStatus read_run_status(const fs::path& dir) {
     if (info->contains("pid") && info->at("pid").is_int64()) s.pid = static_cast<int>(info->at("pid").as_int64());
     if (s.state == "running" && !lock_held(dir)) s.state = "crashed";
   }
-  const auto metrics = read_jsonl(dir / "metrics.jsonl");
-  s.steps = static_cast<std::int64_t>(metrics.size());
-  if (!metrics.empty()) {
-    const auto* r = metrics.back().if_contains("reward/mean");
+  // Only the last lines matter, and the files grow by a line per step: read from their ends.
+  const auto last_metrics = read_last_jsonl(dir / "metrics.jsonl", 1);
+  if (!last_metrics.empty()) {
+    const auto& last = last_metrics.back();
+    const auto* r = last.if_contains("reward/mean");
     if (r != nullptr && r->is_number()) s.last_reward = r->to_number<double>();
-    const auto* st = metrics.back().if_contains("step");
-    if (st != nullptr && st->is_int64()) s.steps = st->as_int64() + 1;
+    const auto* st = last.if_contains("step");
+    // A line without its step (not one kbrl writes) leaves counting the lines.
+    s.steps = st != nullptr && st->is_int64() ? st->as_int64() + 1
+                                              : static_cast<std::int64_t>(read_jsonl(dir / "metrics.jsonl").size());
+  }
+  const auto last_checkpoint = read_last_jsonl(dir / "checkpoints.jsonl", 1);
+  if (!last_checkpoint.empty()) {
+    const auto* st = last_checkpoint.back().if_contains("step");
+    if (st != nullptr && st->is_int64()) s.checkpoint_step = st->as_int64();
   }
   return s;
 }
@@ -145,10 +153,11 @@ std::string format_run_table(const std::vector<RunStatus>& runs) {
 }
 
 std::string format_run_status(const RunStatus& r) {
-  return fmt::format("run:         {}\nstate:       {}\nsteps:       {}\nlast reward: {}\nstarted:     {}\nupdated:     {}\n"
-                     "process:     {} on {}\n",
+  return fmt::format("run:         {}\nstate:       {}\nsteps:       {}\nlast reward: {}\ncheckpoint:  {}\n"
+                     "started:     {}\nupdated:     {}\nprocess:     {} on {}\n",
                      r.path, r.state, r.steps, r.last_reward ? fmt::format("{:.4f}", *r.last_reward) : std::string("-"),
-                     r.started, r.updated, r.pid, r.host);
+                     r.checkpoint_step ? fmt::format("step {}", *r.checkpoint_step) : std::string("-"), r.started,
+                     r.updated, r.pid, r.host);
 }
 
 }  // namespace kbrl::log

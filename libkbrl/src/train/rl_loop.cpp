@@ -190,10 +190,7 @@ class Trainer {
   env::DatasetOptions make_dataset_options() const {
     const auto& d = config_.dataset;
     env::DatasetOptions o;
-    dataset::ProblemFilter filter;
-    filter.levels = d.levels;
-    filter.name_pattern = d.name_pattern;
-    o.problems = dataset::filter_problems(dataset::load_problems(d.problems), filter);
+    o.problems = dataset::filter_problems(dataset::load_problems(d.problems), problem_filter(d));
     if (o.problems.empty())
       throw core::ConfigError("config", "dataset.problems", cat("no problems in ", d.problems, " pass the filters"));
     o.eval_fraction = d.eval_fraction;

@@ -29,7 +29,7 @@ template <> struct TypeName<int> { static constexpr const char* value = "an inte
 template <> struct TypeName<std::uint64_t> { static constexpr const char* value = "a non-negative integer"; };
 template <> struct TypeName<double> { static constexpr const char* value = "a number"; };
 template <> struct TypeName<bool> { static constexpr const char* value = "true or false"; };
-template <> struct TypeName<std::vector<std::string>> { static constexpr const char* value = "a list of strings"; };
+template <> struct TypeName<std::vector<std::string>> { static constexpr const char* value = "a list of strings (or one string)"; };
 template <> struct TypeName<std::vector<int>> { static constexpr const char* value = "a list of integers"; };
 
 template <class T>
@@ -37,6 +37,9 @@ std::optional<T> parse_value(const YAML::Node& n) {
   try {
     if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int>>) {
       if (n.IsNull()) return T{};
+      // One string is a list of one: dataset.include="level1/*" on a command line.
+      if constexpr (std::is_same_v<T, std::vector<std::string>>)
+        if (n.IsScalar()) return T{n.as<std::string>()};
       if (!n.IsSequence()) return std::nullopt;
       T out;
       for (const auto& item : n) {
@@ -156,6 +159,17 @@ Check<double> non_negative() {
   return [](const double& v) { return v >= 0 ? std::string() : fmt::format("{} must not be negative", v); };
 }
 
+Check<std::vector<std::string>> globs() {
+  return [](const std::vector<std::string>& v) -> std::string {
+    try {
+      for (const auto& g : v) dataset::check_glob(g);
+    } catch (const core::InvalidArgument& e) {
+      return e.what();
+    }
+    return {};
+  };
+}
+
 Check<std::string> device_name() {
   return [](const std::string& v) -> std::string {
     if (v == "auto" || v == "cpu" || v == "cuda") return {};
@@ -246,7 +260,10 @@ const std::vector<Entry>& schema() {
     e.push_back(field("lora.init_adapter", &R::lora, &LoraSection::init_adapter, "start from this PEFT adapter folder instead of fresh adapters"));
     e.push_back(field("dataset.problems", &R::dataset, &DatasetSection::problems, "a KernelBench checkout, a folder of problems or a JSONL file"));
     e.push_back(field("dataset.levels", &R::dataset, &DatasetSection::levels, "KernelBench levels to keep (empty: all)"));
-    e.push_back(field("dataset.name_pattern", &R::dataset, &DatasetSection::name_pattern, "glob on problem names or ids (empty: all)"));
+    e.push_back(field("dataset.include", &R::dataset, &DatasetSection::include,
+                      "globs on problem names or ids: keep the problems that match any (empty: all); docs/dataset.md", globs()));
+    e.push_back(field("dataset.exclude", &R::dataset, &DatasetSection::exclude,
+                      "globs on problem names or ids: then leave out the problems that match any", globs()));
     e.push_back(field("dataset.eval_fraction", &R::dataset, &DatasetSection::eval_fraction, "share of problems held out for evaluation", in_range(0, 1, true)));
     e.push_back(field("dataset.batch_size", &R::dataset, &DatasetSection::batch_size, "problems per step", at_least(1)));
     e.push_back(field("dataset.group_size", &R::dataset, &DatasetSection::group_size, "rollouts per problem (the GRPO group)",
@@ -296,6 +313,17 @@ const std::vector<Entry>& schema() {
     return e;
   }();
   return entries;
+}
+
+// Keys that no longer exist, with what replaced them: a config written for an older kbrl fails
+// with the way to say the same thing now, instead of "unknown key".
+const std::map<std::string, std::string>& retired_keys() {
+  static const std::map<std::string, std::string> keys = {
+      {"dataset.name_pattern",
+       "was replaced by dataset.include, a list of globs (one string is a list of one): write "
+       "dataset.include: [\"<pattern>\"], and dataset.exclude for problems to leave out"},
+  };
+  return keys;
 }
 
 const Entry* find_entry(const std::string& key) {
@@ -396,8 +424,35 @@ void apply_tree(RunConfig& c, const YAML::Node& node, const std::string& prefix,
       continue;
     }
     const Entry* e = find_entry(key);
-    if (e == nullptr) throw core::ConfigError(src.where(key, v), key, unknown_key_message(key));
+    if (e == nullptr) {
+      if (const auto retired = retired_keys().find(key); retired != retired_keys().end())
+        throw core::ConfigError(src.where(key, v), key, retired->second);
+      throw core::ConfigError(src.where(key, v), key, unknown_key_message(key));
+    }
     if (const auto err = e->set(c, v); !err.empty()) throw core::ConfigError(src.where(key, v), key, err);
+  }
+}
+
+// yaml-cpp keeps both entries of a key written twice in one mapping, and applying them in turn
+// would let the later one win without a word: a duplicate anywhere in the file (the reward
+// section included) is an error naming both lines.
+void reject_duplicate_keys(const YAML::Node& node, const std::string& prefix, const std::string& file) {
+  if (node.IsSequence()) {
+    for (std::size_t i = 0; i < node.size(); ++i)
+      reject_duplicate_keys(node[i], fmt::format("{}[{}]", prefix, i), file);
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, int> first_line;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) continue;  // not a key kbrl reads: reported as unknown later
+    const std::string& name = kv.first.Scalar();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const int line = kv.first.Mark().line + 1;
+    if (const auto [it, fresh] = first_line.emplace(name, line); !fresh)
+      throw core::ConfigError(fmt::format("{}:{}", file, line), key,
+                              fmt::format("duplicate key: '{}' is already set at line {}", name, it->second));
+    reject_duplicate_keys(kv.second, key, file);
   }
 }
 
@@ -449,6 +504,7 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
     }
     if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) throw core::ConfigError(src.file, "", "the top level must be a mapping of keys");
+    reject_duplicate_keys(root, "", src.file);
   }
   for (const auto& text : overrides) {
     const auto eq = text.find('=');
@@ -457,7 +513,9 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
     const std::string key = text.substr(0, eq), value = text.substr(eq + 1);
     YAML::Node v;
     try {
-      v = YAML::Load(value);
+      // A leading '*' is YAML's alias, which a one-value document cannot resolve: on a command
+      // line it is a glob (dataset.include=*relu*), so the text is taken as it is.
+      v = !value.empty() && value[0] == '*' ? YAML::Node(value) : YAML::Load(value);
     } catch (const YAML::Exception& e) {
       throw core::ConfigError(fmt::format("override '{}'", text), key, fmt::format("bad value: {}", e.what()));
     }
@@ -479,6 +537,14 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
                             fmt::format("{} kernels need evaluator.device={}", c.prompt.language, c.prompt.language));
   return c;
+}
+
+dataset::ProblemFilter problem_filter(const DatasetSection& d) {
+  dataset::ProblemFilter f;
+  f.levels = d.levels;
+  f.include = d.include;
+  f.exclude = d.exclude;
+  return f;
 }
 
 std::string to_yaml(const RunConfig& config) {

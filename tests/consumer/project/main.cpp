@@ -1,6 +1,8 @@
 // An outside program using the installed library through its public headers only.
+#include <kbrl/conformance/evaluator_suite.hpp>
 #include <kbrl/core/json.hpp>
 #include <kbrl/core/hash.hpp>
+#include <kbrl/eval/scripted_evaluator.hpp>
 #include <kbrl/model/tokenizer.hpp>
 
 #include <iostream>
@@ -20,6 +22,22 @@ int main() {
           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
           "decoder": {"type": "ByteLevel"}})");
   if (tok.encode("ab ab") != std::vector<kbrl::model::TokenId>{2, 2} || tok.decode(std::vector<kbrl::model::TokenId>{2, 0}) != "aba") return 1;
+  // The conformance suites as a user runs them on an evaluator of their own (here one that
+  // answers each of the suite's candidates with the category it expects).
+  kbrl::conformance::EvaluatorSuiteOptions suite;
+  suite.base.problem = p;
+  suite.base.candidate_source =
+      "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n";
+  kbrl::eval::ScriptedEvaluator scripted;
+  for (const auto& c : kbrl::conformance::standard_candidates(suite.base.candidate_source))
+    scripted.when([s = c.source](const kbrl::core::EvalRequest& r) { return r.candidate_source == s; },
+                  kbrl::eval::scripted_result(c.categories.front()));
+  suite.evaluator = &scripted;
+  const auto report = kbrl::conformance::run_evaluator_suite(suite);
+  if (!report.ok() || report.passed.size() + 1 != kbrl::conformance::evaluator_check_names().size()) {
+    std::cerr << report.summary() << "\n";  // all but the destruction check, which needs make_evaluator
+    return 1;
+  }
   std::cout << "kbrl consumer ok " << back.content_hash.substr(0, 12) << "\n";
   return 0;
 }

@@ -2,7 +2,8 @@
 // episode (no reset) that shows the policy a conversation and scores its answers; an
 // EnvGroupBuilder makes the G episodes of one problem that GRPO compares with each other.
 // Env::step submits the evaluation before it returns, so a driver that steps many envs and then
-// waits on the futures evaluates them all at once without threads of its own. docs/environments.md.
+// waits on the futures evaluates them all at once without threads of its own. docs/environments.md;
+// kbrl/conformance/env_suite.hpp checks this contract for any implementation (docs/conformance.md).
 #pragma once
 
 #include <future>

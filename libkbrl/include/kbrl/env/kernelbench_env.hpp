@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kbrl/env/env.hpp"
+#include "kbrl/env/feedback.hpp"
 #include "kbrl/eval/evaluator.hpp"
 #include "kbrl/prompt/task_prompt.hpp"
 #include "kbrl/reward/config.hpp"
@@ -27,7 +28,7 @@ struct EnvOptions {
   bool early_stop = true;               // end the episode at the first correct kernel...
   double early_stop_min_speedup = 0.0;  // ...that is at least this fast (0: any correct one)
   int kernel_excerpt_chars = 4000;      // an earlier kernel longer than this keeps its head and tail
-  int error_excerpt_chars = 1500;
+  int error_excerpt_chars = 1500;       // the cleaned error text in feedback (kbrl/env/feedback.hpp)
 };
 
 class KernelBenchEnv : public Env {
@@ -59,13 +60,6 @@ class MultiTurnKernelBenchEnv : public KernelBenchEnv {
  private:
   std::vector<core::Message> history_;  // system, task, then (answer, feedback) pairs
 };
-
-// The feedback message after one attempt (exposed for tests and docs).
-std::string feedback_message(const core::EvalResult& eval, int attempt, int max_turns, const EnvOptions& options);
-// The assistant message an earlier answer becomes: thinking removed, its program truncated.
-std::string earlier_answer(const core::Completion& completion, int max_chars);
-// Head and tail of `text` within `max_chars`, with a marker of how much was left out.
-std::string excerpt(const std::string& text, int max_chars);
 
 // G envs over one problem; multi_turn picks the class.
 class KernelBenchGroupBuilder : public EnvGroupBuilder {

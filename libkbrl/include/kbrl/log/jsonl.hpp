@@ -35,6 +35,12 @@ class JsonlWriter {
 // missing file reads as no lines.
 std::vector<boost::json::object> read_jsonl(const std::filesystem::path& path);
 
+// The last `n` lines read_jsonl would return, in file order, read backwards from the end of the
+// file: the cost is the size of those lines, not of the file (a run's status and its last
+// checkpoint from files that grow by a line per step). Throws core::Error when the file exists but
+// cannot be read.
+std::vector<boost::json::object> read_last_jsonl(const std::filesystem::path& path, std::size_t n);
+
 // Rewrites `path` keeping only the lines `keep` accepts (to a temporary file, then renamed).
 // Returns how many lines were dropped.
 std::size_t filter_jsonl(const std::filesystem::path& path, const std::function<bool(const boost::json::object&)>& keep);

@@ -14,8 +14,9 @@ namespace kbrl::log {
 struct RunStatus {
   std::string path;
   std::string state;  // "running", "finished", "stopped", "crashed", "new" (no run.json yet)
-  std::int64_t steps = 0;               // completed steps (lines of metrics.jsonl)
+  std::int64_t steps = 0;               // completed steps: the last line of metrics.jsonl's step + 1
   std::optional<double> last_reward;    // reward/mean of the last step
+  std::optional<std::int64_t> checkpoint_step;  // the step of checkpoints.jsonl's last line: a resume goes on after it
   std::string started, updated;         // UTC, ISO 8601
   int pid = 0;
   std::string host;

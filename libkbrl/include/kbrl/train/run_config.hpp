@@ -1,7 +1,8 @@
 // The configuration of a kbrl-train run: a YAML file plus `key=value` overrides with dotted
 // paths (dataset.batch_size=4 reward.preset=stage2), checked against one schema that also writes
 // the resolved config.yaml and docs/configs.md. Unknown keys, wrong types and bad values fail
-// with core::ConfigError naming the file (and line) or the override, and the key. No torch here.
+// with core::ConfigError naming the file (and line) or the override, and the key; so does a key
+// written twice in one mapping of the file. No torch here.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kbrl/dataset/filter.hpp"
 #include "kbrl/eval/settings.hpp"
 #include "kbrl/reward/config.hpp"
 
@@ -32,7 +34,8 @@ struct LoraSection {
 struct DatasetSection {
   std::string problems = "examples/problems";
   std::vector<int> levels;  // empty: all
-  std::string name_pattern;  // glob on names or ids; empty: all
+  std::vector<std::string> include;  // globs on names or ids: keep what matches any (empty: all)
+  std::vector<std::string> exclude;  // globs on names or ids: then drop what matches any
   double eval_fraction = 0.2;
   int batch_size = 4;
   int group_size = 4;
@@ -100,6 +103,10 @@ struct RunConfig {
 // is required. Registry: where user reward terms are looked up.
 RunConfig load_run_config(const std::optional<std::filesystem::path>& yaml, const std::vector<std::string>& overrides,
                           const reward::RewardRegistry& registry = reward::default_registry());
+
+// The problems the dataset section selects (levels, include and exclude globs), for
+// dataset::filter_problems.
+dataset::ProblemFilter problem_filter(const DatasetSection& dataset);
 
 // Every key, in schema order, as YAML that load_run_config reads back to an equal config.
 std::string to_yaml(const RunConfig& config);
