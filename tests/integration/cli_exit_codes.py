@@ -163,6 +163,8 @@ def check_train(args):
     with open(bad, "w") as f:
         f.write("log_path: runs/x\nevaluator:\n  timing_trails: 3\n")
     expect([tr, bad], 1, "kbrl-train with a config file of an unknown key", err="bad.yaml:3")
+    expect([tr, config, "log_path=x", f"evaluator.static_check_config={os.path.join(args.work, 'no_such.json')}"], 1,
+           "kbrl-train with a missing static-check config file", err="no_such.json")
     expect([tr, "status", os.path.join(args.work, "no_such_run")], 1, "kbrl-train status of a missing run")
 
     # SIGINT during training: the step in flight finishes and is saved, the run is marked stopped,

@@ -249,6 +249,9 @@ TEST_CASE("static-check severities: the map applies over the file's") {
   } catch (const core::ConfigError& e) {
     CHECK(has(e.what(), "no_such.json"));
   }
+  // kbrl-train reads the file with its configuration, before anything runs.
+  const std::string at_load = config_error({"evaluator.static_check_config=" + missing.static_check_config.string()});
+  CHECK(has(at_load, "no_such.json"));
   // kbrl-train: a file and a map; an override adds a rule to the YAML's map.
   const auto yaml = scratch() / "severity.yaml";
   std::ofstream(yaml) << "log_path: runs/s\nevaluator:\n  static_check_config: " << file.string()

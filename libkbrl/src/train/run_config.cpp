@@ -536,6 +536,9 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
   if ((c.prompt.language == "cuda" && device != "cuda") || (c.prompt.language == "hip" && device != "hip"))
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
                             fmt::format("{} kernels need evaluator.device={}", c.prompt.language, c.prompt.language));
+  // evaluator.static_check_config is read now (an error names that file), not after the model has
+  // loaded.
+  if (!c.evaluator.static_check_config.empty()) eval::local_evaluator_config(c.evaluator);
   return c;
 }
 
