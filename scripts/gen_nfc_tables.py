@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes libkbrl/src/model/tokenizer_nfc_tables.cpp: the Unicode data that NFC needs (canonical
+"""Writes libkbrl/src/tokenizer/tokenizer_nfc_tables.cpp: the Unicode data that NFC needs (canonical
 combining classes, canonical decompositions, primary composites), from Python's unicodedata.
 
-Usage: python3 scripts/gen_nfc_tables.py > libkbrl/src/model/tokenizer_nfc_tables.cpp
+Usage: python3 scripts/gen_nfc_tables.py > libkbrl/src/tokenizer/tokenizer_nfc_tables.cpp
 Hangul syllables are composed and decomposed arithmetically and are not in the tables.
 """
 import sys

@@ -11,11 +11,11 @@
 
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/progress.hpp"
-#include "kbrl/model/chat_tokens.hpp"
-#include "kbrl/model/decoder.hpp"
-#include "kbrl/model/lora.hpp"
-#include "kbrl/model/sampler.hpp"
-#include "kbrl/model/tokenizer.hpp"
+#include "kbrl/tokenizer/chat_tokens.hpp"
+#include "kbrl/model/torch/decoder.hpp"
+#include "kbrl/model/torch/lora.hpp"
+#include "kbrl/model/torch/sampler.hpp"
+#include "kbrl/tokenizer/tokenizer.hpp"
 
 namespace kbrl::apps {
 
@@ -42,11 +42,11 @@ int sample_generations(const std::vector<core::Problem>& problems, int level, co
       }
   if (todo.empty()) return 0;
 
-  const auto tokenizer = model::Tokenizer::from_file(o.model / "tokenizer.json");
-  const auto renderer = model::chat_renderer_for(o.chat_template, tokenizer, o.model);
+  const auto tokenizer = tokenizer::Tokenizer::from_file(o.model / "tokenizer.json");
+  const auto renderer = tokenizer::chat_renderer_for(o.chat_template, tokenizer, o.model);
   std::vector<std::int64_t> stops;
-  for (const auto id : model::checkpoint_stop_ids(o.model, tokenizer)) stops.push_back(id);
-  for (const auto id : model::stop_sequence_ids(*renderer, tokenizer))
+  for (const auto id : tokenizer::checkpoint_stop_ids(o.model, tokenizer)) stops.push_back(id);
+  for (const auto id : tokenizer::stop_sequence_ids(*renderer, tokenizer))
     if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
   model::LoadOptions load;
   load.device = o.device == "auto" ? (at::hasCUDA() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU))
@@ -71,7 +71,7 @@ int sample_generations(const std::vector<core::Problem>& problems, int level, co
     for (const core::Problem* problem : todo) {
       const core::Problem& p = *problem;
       const auto messages = prompt::build_messages(p, o.prompt);
-      const auto ids = model::render_chat_ids(*renderer, tokenizer, messages, true);
+      const auto ids = tokenizer::render_chat_ids(*renderer, tokenizer, messages, true);
       model::SamplingParams sp;
       sp.max_tokens = o.max_tokens;
       sp.temperature = o.temperature;
@@ -82,7 +82,7 @@ int sample_generations(const std::vector<core::Problem>& problems, int level, co
       const auto samples = sampler.generate({std::vector<std::int64_t>(ids.begin(), ids.end())}, o.samples, sp);
       for (const auto& s : samples) {
         const int index = static_cast<int>(s.sample_index);
-        std::vector<model::TokenId> text_ids(s.tokens.begin(), s.tokens.end());
+        std::vector<tokenizer::TokenId> text_ids(s.tokens.begin(), s.tokens.end());
         if (s.stop_reason != model::StopReason::kMaxTokens && !text_ids.empty()) text_ids.pop_back();
         const std::string answer = tokenizer.decode(text_ids, true);
         const fs::path file = candidate_path(run, level, p.number, index);

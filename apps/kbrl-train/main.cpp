@@ -18,7 +18,7 @@
 #include "cli.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/run_dir.hpp"
-#include "kbrl/train/rl_loop.hpp"
+#include "kbrl/train/torch/rl_loop.hpp"
 #include "kbrl/train/run_config.hpp"
 
 namespace fs = std::filesystem;

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kbrl/model/decoder.hpp"
-#include "kbrl/model/sampler.hpp"
+#include "kbrl/model/torch/decoder.hpp"
+#include "kbrl/model/torch/sampler.hpp"
 
 namespace {
 

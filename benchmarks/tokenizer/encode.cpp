@@ -2,7 +2,7 @@
 // an empty merge cache (every word merged once), then warm. Results: benchmarks/tokenizer/results.md.
 //
 //   kbrl_bench_tokenizer <tokenizer.json> <text file> [repeats]
-#include <kbrl/model/tokenizer.hpp>
+#include <kbrl/tokenizer/tokenizer.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
 
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
-  const auto tokenizer = kbrl::model::Tokenizer::from_file(argv[1]);
+  const auto tokenizer = kbrl::tokenizer::Tokenizer::from_file(argv[1]);
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   std::size_t tokens = 0;
   double cold = 0, best = 1e30;

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "kbrl/model/lora.hpp"
-#include "kbrl/model/torch_tensors.hpp"
-#include "kbrl/model/train_forward.hpp"
+#include "kbrl/model/torch/lora.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
+#include "kbrl/model/torch/train_forward.hpp"
 
 using namespace kbrl::model;
 namespace fs = std::filesystem;

@@ -5,7 +5,7 @@
 //   kbrl_custom_reward_train examples/configs/cpu_demo.yaml model.path=build/demo-model log_path=runs/custom
 // The reward is the config's, plus shared_memory with weight 0.2 unless the overrides set it.
 #include <kbrl/reward/registry.hpp>
-#include <kbrl/train/rl_loop.hpp>
+#include <kbrl/train/torch/rl_loop.hpp>
 #include <kbrl/train/run_config.hpp>
 
 #include <iostream>

@@ -16,8 +16,8 @@
 #include <random>
 #include <string>
 
-#include "kbrl/model/lora.hpp"
-#include "kbrl/train/training_client.hpp"
+#include "kbrl/model/torch/lora.hpp"
+#include "kbrl/train/torch/training_client.hpp"
 
 using namespace kbrl;
 namespace fs = std::filesystem;

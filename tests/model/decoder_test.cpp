@@ -1,4 +1,4 @@
-#include "kbrl/model/decoder.hpp"
+#include "kbrl/model/torch/decoder.hpp"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "kbrl/model/lora.hpp"
+#include "kbrl/model/torch/lora.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -15,8 +15,8 @@
 
 #include "catch.hpp"
 #include "kbrl/core/error.hpp"
-#include "kbrl/model/torch_tensors.hpp"
-#include "kbrl/model/train_forward.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
+#include "kbrl/model/torch/train_forward.hpp"
 #include "parity.hpp"
 #include "test_files.hpp"
 

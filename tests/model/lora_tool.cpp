@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "kbrl/model/lora.hpp"
-#include "kbrl/model/torch_tensors.hpp"
-#include "kbrl/model/train_forward.hpp"
+#include "kbrl/model/torch/lora.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
+#include "kbrl/model/torch/train_forward.hpp"
 
 #include <torch/csrc/autograd/autograd.h>
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "kbrl/model/decoder.hpp"
+#include "kbrl/model/torch/decoder.hpp"
 #include "kbrl/model/safetensors.hpp"
-#include "kbrl/model/torch_tensors.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
 
 namespace kbrl::test {
 

@@ -2,7 +2,7 @@
 // against a full forward pass, the allowed sets of top-k and top-p checked from the full
 // distribution, stopping, seeds, batch independence, and the empirical distribution of many
 // samples against the model's.
-#include "kbrl/model/sampler.hpp"
+#include "kbrl/model/torch/sampler.hpp"
 
 #include <ATen/ATen.h>
 
@@ -19,6 +19,8 @@
 #include "test_files.hpp"
 
 using namespace kbrl::model;
+using kbrl::tokenizer::TokenId;
+using kbrl::tokenizer::Tokenizer;
 namespace fs = std::filesystem;
 
 namespace {

@@ -5,8 +5,8 @@
 // options (GPT-2's split with add_prefix_space, added tokens with lstrip / rstrip / single_word /
 // normalized), each with the library's ids for a few hundred strings.
 #include <kbrl/core/error.hpp>
-#include <kbrl/model/chat_tokens.hpp>
-#include <kbrl/model/tokenizer.hpp>
+#include <kbrl/tokenizer/chat_tokens.hpp>
+#include <kbrl/tokenizer/tokenizer.hpp>
 #include <kbrl/prompt/chat_renderer.hpp>
 
 #include <boost/json.hpp>
@@ -25,10 +25,10 @@
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
-using kbrl::model::EncodeOptions;
-using kbrl::model::StreamDecoder;
-using kbrl::model::TokenId;
-using kbrl::model::Tokenizer;
+using kbrl::tokenizer::EncodeOptions;
+using kbrl::tokenizer::StreamDecoder;
+using kbrl::tokenizer::TokenId;
+using kbrl::tokenizer::Tokenizer;
 
 namespace {
 
@@ -205,8 +205,8 @@ TEST_CASE("tokenizer applies the Llama 3 BOS template only when asked") {
 }
 
 TEST_CASE("tokenizer reads invalid UTF-8 as U+FFFD per maximal invalid subsequence") {
-  using kbrl::model::utf8_lossy;
-  using kbrl::model::utf8_valid;
+  using kbrl::tokenizer::utf8_lossy;
+  using kbrl::tokenizer::utf8_valid;
   const std::string r = "\xEF\xBF\xBD";
   CHECK(utf8_lossy("a\xF0\x9F\x98") == "a" + r);                // a 4-byte character cut short: one
   CHECK(utf8_lossy("\xED\xA0\x80") == r + r + r);               // an encoded surrogate: one per byte
@@ -221,7 +221,7 @@ TEST_CASE("tokenizer reads invalid UTF-8 as U+FFFD per maximal invalid subsequen
 }
 
 TEST_CASE("tokenizer NFC composes, reorders and keeps exclusions as Unicode says") {
-  using kbrl::model::nfc;
+  using kbrl::tokenizer::nfc;
   CHECK(nfc("e\xCC\x81") == "\xC3\xA9");                            // e + acute -> é
   CHECK(nfc("s\xCC\x87\xCC\xA3") == "\xE1\xB9\xA9");                // dot above, dot below reordered -> ṩ
   CHECK(nfc("\xE2\x84\xAB") == "\xC3\x85");                         // ANGSTROM SIGN -> Å (a singleton)
@@ -229,7 +229,7 @@ TEST_CASE("tokenizer NFC composes, reorders and keeps exclusions as Unicode says
   CHECK(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8") == "\xEA\xB0\x81");  // Hangul jamo -> 각
   CHECK(nfc("\xCC\x81" "a") == "\xCC\x81" "a");                     // a leading mark stays
   CHECK(nfc("plain ascii") == "plain ascii");
-  CHECK(kbrl::model::nfc_unicode_version() == "14.0.0");
+  CHECK(kbrl::tokenizer::nfc_unicode_version() == "14.0.0");
   // The Qwen2 fixture normalizes: decomposed and precomposed text encode alike.
   const Tokenizer& tok = fixture("qwen2");
   CHECK(tok.encode("caf\x65\xCC\x81") == tok.encode("caf\xC3\xA9"));
@@ -246,7 +246,7 @@ TEST_CASE("stream decoder holds a character split across tokens until it is comp
   bool held = false;
   for (TokenId id : ids) {
     const std::string chunk = stream.step(id);
-    CHECK(kbrl::model::utf8_valid(chunk));
+    CHECK(kbrl::tokenizer::utf8_valid(chunk));
     CHECK(chunk.find("\xEF\xBF\xBD") == std::string::npos);
     held = held || (chunk.empty() && stream.pending_bytes() > 0);
     joined += chunk;
@@ -288,20 +288,20 @@ TEST_CASE("tokenizer renders chats to ids and reads stop tokens") {
   const Tokenizer& qwen = fixture("qwen2");
   const std::vector<kbrl::core::Message> chat{{"system", "Be fast."}, {"user", "Write a kernel."}};
   const auto renderer = kbrl::prompt::make_renderer("qwen2.5");
-  const auto ids = kbrl::model::render_chat_ids(*renderer, qwen, chat, true);
+  const auto ids = kbrl::tokenizer::render_chat_ids(*renderer, qwen, chat, true);
   CHECK(ids == qwen.encode(renderer->render(chat, true)));
   CHECK(ids.front() == id_of(qwen, "<|im_start|>"));
   CHECK(std::count(ids.begin(), ids.end(), id_of(qwen, "<|im_end|>")) == 2);
   CHECK(qwen.decode(ids) == renderer->render(chat, true));
-  CHECK(kbrl::model::stop_sequence_ids(*kbrl::prompt::make_renderer("qwen3"), qwen) ==
+  CHECK(kbrl::tokenizer::stop_sequence_ids(*kbrl::prompt::make_renderer("qwen3"), qwen) ==
         std::vector<TokenId>{id_of(qwen, "<|im_end|>"), id_of(qwen, "<|endoftext|>")});
 
   const Tokenizer& llama = fixture("llama3");
   const auto llama_renderer = kbrl::prompt::make_renderer("llama3");
-  const auto llama_ids = kbrl::model::render_chat_ids(*llama_renderer, llama, chat, true);
+  const auto llama_ids = kbrl::tokenizer::render_chat_ids(*llama_renderer, llama, chat, true);
   CHECK(llama_ids.front() == id_of(llama, "<|begin_of_text|>"));
   CHECK(std::count(llama_ids.begin(), llama_ids.end(), id_of(llama, "<|begin_of_text|>")) == 1);
-  CHECK(kbrl::model::stop_sequence_ids(*llama_renderer, llama) ==
+  CHECK(kbrl::tokenizer::stop_sequence_ids(*llama_renderer, llama) ==
         std::vector<TokenId>{id_of(llama, "<|eot_id|>"), id_of(llama, "<|end_of_text|>")});
 
   const fs::path dir = fs::path(KBRL_TEST_TMP) / "tokenizer" / "checkpoint";
@@ -309,15 +309,15 @@ TEST_CASE("tokenizer renders chats to ids and reads stop tokens") {
   fs::create_directories(dir);
   const auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
   const TokenId eot = id_of(llama, "<|eot_id|>"), eos = id_of(llama, "<|end_of_text|>");
-  CHECK_THROWS_AS(kbrl::model::checkpoint_stop_ids(dir, llama), kbrl::core::ConfigError);  // nothing there
+  CHECK_THROWS_AS(kbrl::tokenizer::checkpoint_stop_ids(dir, llama), kbrl::core::ConfigError);  // nothing there
   write("generation_config.json", "{\"eos_token_id\": [" + std::to_string(eos) + ", " + std::to_string(eot) + "]}");
-  CHECK(kbrl::model::checkpoint_stop_ids(dir, llama) == std::vector<TokenId>{eos, eot});
+  CHECK(kbrl::tokenizer::checkpoint_stop_ids(dir, llama) == std::vector<TokenId>{eos, eot});
   write("generation_config.json", "{\"eos_token_id\": " + std::to_string(eos) + "}");
   write("tokenizer_config.json", R"({"eos_token": {"__type": "AddedToken", "content": "<|eot_id|>"}})");
-  CHECK(kbrl::model::checkpoint_stop_ids(dir, llama) == std::vector<TokenId>{eos, eot});
+  CHECK(kbrl::tokenizer::checkpoint_stop_ids(dir, llama) == std::vector<TokenId>{eos, eot});
   write("tokenizer_config.json", R"({"eos_token": "<|nope|>"})");
   try {
-    kbrl::model::checkpoint_stop_ids(dir, llama);
+    kbrl::tokenizer::checkpoint_stop_ids(dir, llama);
     FAIL("an unknown eos_token must throw");
   } catch (const kbrl::core::ConfigError& e) {
     CHECK(contains(e.what(), "tokenizer_config.json"));
@@ -325,7 +325,7 @@ TEST_CASE("tokenizer renders chats to ids and reads stop tokens") {
   }
   write("tokenizer_config.json", "{}");
   write("generation_config.json", R"({"eos_token_id": 99999999})");
-  CHECK_THROWS_AS(kbrl::model::checkpoint_stop_ids(dir, llama), kbrl::core::ConfigError);
+  CHECK_THROWS_AS(kbrl::tokenizer::checkpoint_stop_ids(dir, llama), kbrl::core::ConfigError);
 }
 
 TEST_CASE("tokenizer refuses broken or unsupported files naming the file and the field") {

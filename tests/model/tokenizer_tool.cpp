@@ -5,7 +5,7 @@
 //   kbrl_tokenizer_tool encode <tokenizer.json> <in: hex per line> <out: ids per line> [--add-special-tokens] [--split-special-tokens]
 //   kbrl_tokenizer_tool decode <tokenizer.json> <in: ids per line> <out: hex per line> [--skip-special-tokens]
 //   kbrl_tokenizer_tool stream <tokenizer.json> <in: ids per line> <out: hex chunks per line> [--skip-special-tokens]
-#include <kbrl/model/tokenizer.hpp>
+#include <kbrl/tokenizer/tokenizer.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -32,11 +32,11 @@ std::string to_hex(std::string_view bytes) {
   return out;
 }
 
-std::vector<kbrl::model::TokenId> parse_ids(const std::string& line) {
-  std::vector<kbrl::model::TokenId> ids;
+std::vector<kbrl::tokenizer::TokenId> parse_ids(const std::string& line) {
+  std::vector<kbrl::tokenizer::TokenId> ids;
   std::istringstream in(line);
   long long id = 0;
-  while (in >> id) ids.push_back(static_cast<kbrl::model::TokenId>(id));
+  while (in >> id) ids.push_back(static_cast<kbrl::tokenizer::TokenId>(id));
   return ids;
 }
 
@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    const auto tokenizer = kbrl::model::Tokenizer::from_file(argv[2]);
+    const auto tokenizer = kbrl::tokenizer::Tokenizer::from_file(argv[2]);
     std::ifstream in(argv[3]);
     std::ofstream out(argv[4]);
     std::string line;
     while (std::getline(in, line)) {
       if (mode == "encode") {
-        kbrl::model::EncodeOptions options;
+        kbrl::tokenizer::EncodeOptions options;
         options.add_special_tokens = add_special;
         options.split_special_tokens = split_special;
         const auto ids = tokenizer.encode(from_hex(line), options);
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       } else if (mode == "decode") {
         out << to_hex(tokenizer.decode(parse_ids(line), skip_special)) << "\n";
       } else if (mode == "stream") {
-        kbrl::model::StreamDecoder stream(tokenizer, skip_special);
+        kbrl::tokenizer::StreamDecoder stream(tokenizer, skip_special);
         for (auto id : parse_ids(line)) out << to_hex(stream.step(id)) << ",";
         out << "|" << to_hex(stream.flush()) << "\n";
       } else {

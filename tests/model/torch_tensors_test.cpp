@@ -1,4 +1,4 @@
-#include "kbrl/model/torch_tensors.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
 
 #include <ATen/ATen.h>
 

@@ -2,7 +2,7 @@
 // of the global batch, take the same steps as one process with all of it; the launch variables
 // are read as torchrun and Slurm set them. The same worker runs on NCCL on the GPU machine
 // (tests/gpu/data_parallel.sh).
-#include "kbrl/train/distributed.hpp"
+#include "kbrl/train/torch/distributed.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -14,9 +14,9 @@
 #include <sstream>
 #include <string>
 
-#include "kbrl/model/lora.hpp"
-#include "kbrl/train/distributed.hpp"
-#include "kbrl/train/training_client.hpp"
+#include "kbrl/model/torch/lora.hpp"
+#include "kbrl/train/torch/distributed.hpp"
+#include "kbrl/train/torch/training_client.hpp"
 
 using namespace kbrl;
 

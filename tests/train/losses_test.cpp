@@ -1,6 +1,6 @@
 // The losses on small hand-computed cases: values, gradients (cispo's stop-gradient, ppo's
 // clipped tokens), normalizations and metrics, and the errors for bad inputs.
-#include "kbrl/train/losses.hpp"
+#include "kbrl/train/torch/losses.hpp"
 
 #include <ATen/ATen.h>
 

@@ -1,6 +1,6 @@
 // The TrainingClient on the tiny committed checkpoint (qwen2_tied, vocab 96), full fine-tuning
 // on the CPU: micro-batching, state round-trips, SFT and a GRPO run that must learn.
-#include "kbrl/train/training_client.hpp"
+#include "kbrl/train/torch/training_client.hpp"
 
 #include <ATen/ATen.h>
 

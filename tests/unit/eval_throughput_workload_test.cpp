@@ -3,7 +3,7 @@
 // the stage its expected verdict is decided at, so the static checker must reject none of them
 // (KernelBench has no such stage), and the manifest must describe a mixed batch as RL produces it.
 #include <kbrl/core/json.hpp>
-#include <kbrl/eval/static_check.hpp>
+#include <kbrl/check/static_check.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -74,15 +74,15 @@ TEST_CASE("the throughput workload is a mixed batch over at least sixteen proble
 }
 
 TEST_CASE("the static checker rejects no candidate of the throughput workload") {
-  eval::StaticCheckConfig config;
+  check::StaticCheckConfig config;
   config.language = core::KernelLanguage::cuda;
   config.precision = core::Precision::fp32;
   for (const auto& v : candidates()) {
     const std::string file(v.at("file").as_string());
-    const auto findings = eval::static_check(read_text(kWorkload / file), config);
+    const auto findings = check::static_check(read_text(kWorkload / file), config);
     std::string listed;
     for (const auto& f : findings) listed += std::to_string(f.line) + " " + f.rule + ": " + f.message + "\n";
     INFO(file << "\n" << listed);
-    CHECK_FALSE(eval::has_errors(findings));
+    CHECK_FALSE(check::has_errors(findings));
   }
 }

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/file.hpp"
+#include "kbrl/core/json_reader.hpp"
 #include "kbrl/core/hash.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/dataset/problem_source.hpp"
@@ -28,15 +30,6 @@ using core::Problem;
 namespace {
 
 constexpr int kWeightsLevel = 4;  // KernelBench level 4 builds Hugging Face models from weights
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path.string(), "", "cannot open file for reading");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw ConfigError(path.string(), "", "read error");
-  return std::move(buf).str();
-}
 
 // The N of a directory named level<N> (no leading zeros, N >= 1), else nullopt.
 std::optional<int> level_of_dir_name(const std::string& name) {
@@ -145,38 +138,25 @@ struct LineContext {
   std::string where;  // "<path>:<line>"
 };
 
-const json::value* field(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  return v == nullptr || v->is_null() ? nullptr : v;
-}
-
 std::optional<std::string> get_string(const json::object& o, std::string_view key, const LineContext& c) {
-  const json::value* v = field(o, key);
+  const json::value* v = core::JsonReader::member(o, key);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_string())
-    throw ConfigError(c.where, std::string(key), fmt::format("expected a string, got {}", json::serialize(*v)));
-  return std::string(v->get_string());
+  return core::JsonReader(c.where).string(*v, key);
 }
 
 std::optional<int> get_int(const json::object& o, std::string_view key, int min, const LineContext& c) {
-  const json::value* v = field(o, key);
+  const json::value* v = core::JsonReader::member(o, key);
   if (v == nullptr) return std::nullopt;
-  std::optional<std::int64_t> n;
-  if (v->is_int64()) n = v->get_int64();
-  if (v->is_uint64() && v->get_uint64() <= static_cast<std::uint64_t>(INT64_MAX))
-    n = static_cast<std::int64_t>(v->get_uint64());
-  if (!n) throw ConfigError(c.where, std::string(key), fmt::format("expected an integer, got {}", json::serialize(*v)));
-  if (*n < min || *n > INT32_MAX)
-    throw ConfigError(c.where, std::string(key), fmt::format("{} is out of range (at least {})", *n, min));
-  return static_cast<int>(*n);
+  const core::JsonReader r(c.where);
+  const int n = r.integer(*v, key);
+  if (n < min) r.fail(key, fmt::format("{} is out of range (at least {})", n, min));
+  return n;
 }
 
 std::optional<bool> get_bool(const json::object& o, std::string_view key, const LineContext& c) {
-  const json::value* v = field(o, key);
+  const json::value* v = core::JsonReader::member(o, key);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_bool())
-    throw ConfigError(c.where, std::string(key), fmt::format("expected true or false, got {}", json::serialize(*v)));
-  return v->get_bool();
+  return core::JsonReader(c.where).boolean(*v, key);
 }
 
 // One of two synonymous keys (ours, KernelBench's); both at once is ambiguous.
@@ -200,7 +180,7 @@ Problem problem_from_line(const json::object& o, const LineContext& c, const std
   const auto num = [&](std::string_view k) { return get_int(o, k, 0, c); };
 
   Problem p;
-  const bool has_source = field(o, "source") != nullptr;
+  const bool has_source = core::JsonReader::member(o, "source") != nullptr;
   std::optional<std::string> source = get_either<std::string>("source", "code", c, str);
   const std::string source_field = has_source ? "source" : "code";
   if (!source || source->empty())
@@ -282,7 +262,7 @@ std::string dir_name(const fs::path& dir) {
 
 Problem load_problem_file(const fs::path& file, int level, const std::string& id_prefix) {
   Problem p;
-  p.source = read_file(file);
+  p.source = core::read_file(file);
   validate_problem_source(p.source, file.string());
   const std::string stem = file.stem().string();
   if (const auto parsed = parse_problem_file_name(file.filename().string())) {

@@ -19,8 +19,8 @@
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/hash.hpp"
 #include "kbrl/core/json.hpp"
-#include "kbrl/eval/candidate_checks.hpp"
-#include "kbrl/eval/static_check.hpp"
+#include "kbrl/check/candidate_checks.hpp"
+#include "kbrl/check/static_check.hpp"
 #include "kbrl/eval/subprocess.hpp"
 
 #ifndef KBRL_DEFAULT_PYTHON
@@ -227,9 +227,9 @@ struct LocalEvaluator::Impl {
       throw core::InvalidArgument(fmt::format("evaluator: worker script '{}' not found (set KBRL_WORKER_SCRIPT)",
                                               config.worker_script.string()));
     {
-      StaticCheckConfig probe;  // unknown rule names fail here, not at the first request
+      check::StaticCheckConfig probe;  // unknown rule names fail here, not at the first request
       probe.severity = config.static_check_severity;
-      validate(probe);
+      check::validate(probe);
     }
     if (config.compile_workers <= 0)
       config.compile_workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -805,17 +805,17 @@ std::future<EvalResult> LocalEvaluator::submit(core::EvalRequest request) {
                             core::to_string(impl_->config.platform)));
     return future;
   }
-  const CandidateCheck check =
-      check_candidate(job->req, impl_->config.static_check_severity, impl_->config.static_checks);
-  r.format_ok = check.format_ok;
-  r.static_findings = check.findings;
-  r.static_ok = check.static_ok;
-  if (!check.format_ok) {
-    impl_->fail(job, ErrorCategory::format, check.message);
+  const check::CandidateCheck precheck =
+      check::check_candidate(job->req, impl_->config.static_check_severity, impl_->config.static_checks);
+  r.format_ok = precheck.format_ok;
+  r.static_findings = precheck.findings;
+  r.static_ok = precheck.static_ok;
+  if (!precheck.format_ok) {
+    impl_->fail(job, ErrorCategory::format, precheck.message);
     return future;
   }
-  if (!check.static_ok) {
-    impl_->fail(job, ErrorCategory::static_check, check.message);
+  if (!precheck.static_ok) {
+    impl_->fail(job, ErrorCategory::static_check, precheck.message);
     return future;
   }
   const std::string problem_file = core::sha256_hex(job->req.problem.source).substr(0, 32) + ".py";

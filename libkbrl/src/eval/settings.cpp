@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "kbrl/core/error.hpp"
-#include "kbrl/eval/static_check.hpp"
+#include "kbrl/check/static_check.hpp"
 
 namespace kbrl::eval {
 
@@ -29,7 +29,7 @@ EvaluatorSettings default_evaluator_settings(SettingsProfile profile) {
 LocalEvaluatorConfig local_evaluator_config(const EvaluatorSettings& settings) {
   LocalEvaluatorConfig c = settings.local;
   if (!settings.static_check_config.empty()) {
-    auto severity = load_static_check_config(settings.static_check_config).severity;
+    auto severity = check::load_static_check_config(settings.static_check_config).severity;
     for (const auto& [rule, level] : settings.local.static_check_severity) severity[rule] = level;
     c.static_check_severity = std::move(severity);
   }
@@ -339,7 +339,7 @@ Setting severity_map(const Names& n, Ref<std::map<std::string, core::Severity>> 
     }
     std::map<std::string, core::Severity> out;
     for (const auto& [rule, level] : entries) {
-      if (find_static_check_rule(rule) == nullptr)
+      if (check::find_static_check_rule(rule) == nullptr)
         return fmt::format("unknown static-check rule '{}' (docs/static-checks.md lists them)", rule);
       try {
         out[rule] = core::parse_severity(level);

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 
 namespace kbrl::log {
@@ -24,10 +25,7 @@ JsonlWriter::JsonlWriter(fs::path path) : path_(std::move(path)) {
   if (path_.has_parent_path()) fs::create_directories(path_.parent_path());
   if (fs::exists(path_)) {
     // Cut a torn last line: keep everything up to the last newline.
-    std::ifstream in(path_, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    const std::string text = ss.str();
+    const std::string text = core::read_file(path_);
     if (!text.empty() && text.back() != '\n') {
       const auto keep = text.rfind('\n');
       fs::resize_file(path_, keep == std::string::npos ? 0 : keep + 1);

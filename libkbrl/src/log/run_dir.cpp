@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/jsonl.hpp"
 
@@ -38,12 +39,15 @@ std::string host_name() {
 }
 
 std::optional<boost::json::object> read_json_object(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // A run's files are read while it runs: one missing or half written is not an error here.
+  std::optional<std::string> text;
+  try {
+    text = core::read_file_if_exists(p);
+  } catch (const core::Error&) {
+  }
+  if (!text) return std::nullopt;
   boost::system::error_code ec;
-  auto v = boost::json::parse(ss.str(), ec);
+  auto v = boost::json::parse(*text, ec);
   if (ec || !v.is_object()) return std::nullopt;
   return v.as_object();
 }

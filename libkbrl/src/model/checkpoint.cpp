@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/file.hpp"
 
 namespace kbrl::model {
 namespace json = boost::json;
@@ -16,14 +17,6 @@ namespace {
 
 constexpr std::string_view kIndexName = "model.safetensors.index.json";
 constexpr std::string_view kSingleName = "model.safetensors";
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path.string(), "", "cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Shard names are plain file names inside the directory, as save_pretrained writes them;
 // anything else (absolute paths, "..") could point outside the checkpoint.
@@ -63,7 +56,7 @@ Checkpoint::Checkpoint(const fs::path& path) {
   // Sharded: the index's weight_map must agree exactly with what the shards hold.
   const std::string index = source_.string();
   boost::system::error_code jec;
-  const json::value root = json::parse(read_text(source_), jec);
+  const json::value root = json::parse(core::read_file(source_), jec);
   if (jec) throw ConfigError(index, "", fmt::format("not valid JSON: {}", jec.message()));
   if (!root.is_object()) throw ConfigError(index, "", "not a JSON object");
   const json::value* map = root.get_object().if_contains("weight_map");

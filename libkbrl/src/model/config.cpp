@@ -2,10 +2,10 @@
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/file.hpp"
+#include "kbrl/core/json_reader.hpp"
 
 namespace kbrl::model {
 namespace json = boost::json;
@@ -14,70 +14,45 @@ using core::ConfigError;
 
 namespace {
 
-// Typed access to one JSON object that names `where` and the dotted key path in every error.
+// Typed access by key to one JSON object (core::JsonReader does the type checks), naming the
+// dotted key path in every error. A null value counts as missing, as transformers treats it.
 class Keys {
  public:
   Keys(const json::object& o, std::string where, std::string prefix = "")
-      : o_(o), where_(std::move(where)), prefix_(std::move(prefix)) {}
+      : o_(o), reader_(std::move(where)), prefix_(std::move(prefix)) {}
 
   std::string path(std::string_view key) const { return prefix_ + std::string(key); }
-  const json::value* find(std::string_view key) const {
-    const json::value* v = o_.if_contains(key);
-    return v == nullptr || v->is_null() ? nullptr : v;
-  }
-  [[noreturn]] void fail(std::string_view key, const std::string& what) const {
-    throw ConfigError(where_, path(key), what);
-  }
+  const json::value* find(std::string_view key) const { return core::JsonReader::member(o_, key); }
+  [[noreturn]] void fail(std::string_view key, const std::string& what) const { reader_.fail(path(key), what); }
 
-  std::int64_t integer(std::string_view key) const {
-    const json::value* v = find(key);
-    if (v == nullptr) fail(key, "missing");
-    return as_integer(key, *v);
-  }
+  std::int64_t integer(std::string_view key) const { return reader_.int64(required(key), path(key)); }
   std::optional<std::int64_t> integer_or(std::string_view key) const {
     const json::value* v = find(key);
-    if (v == nullptr) return std::nullopt;
-    return as_integer(key, *v);
+    return v == nullptr ? std::nullopt : std::optional<std::int64_t>(reader_.int64(*v, path(key)));
   }
-  double number(std::string_view key) const {
-    const json::value* v = find(key);
-    if (v == nullptr) fail(key, "missing");
-    return as_number(key, *v);
-  }
+  double number(std::string_view key) const { return reader_.number(required(key), path(key)); }
   std::optional<double> number_or(std::string_view key) const {
     const json::value* v = find(key);
-    if (v == nullptr) return std::nullopt;
-    return as_number(key, *v);
+    return v == nullptr ? std::nullopt : std::optional<double>(reader_.number(*v, path(key)));
   }
   bool boolean_or(std::string_view key, bool fallback) const {
     const json::value* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_bool()) fail(key, fmt::format("expected true or false, got {}", json::serialize(*v)));
-    return v->get_bool();
+    return v == nullptr ? fallback : reader_.boolean(*v, path(key));
   }
   std::optional<std::string> string_or(std::string_view key) const {
     const json::value* v = find(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) fail(key, fmt::format("expected a string, got {}", json::serialize(*v)));
-    return std::string(v->get_string());
+    return v == nullptr ? std::nullopt : std::optional<std::string>(reader_.string(*v, path(key)));
   }
 
  private:
-  std::int64_t as_integer(std::string_view key, const json::value& v) const {
-    if (v.is_int64()) return v.get_int64();
-    if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX))
-      return static_cast<std::int64_t>(v.get_uint64());
-    fail(key, fmt::format("expected an integer, got {}", json::serialize(v)));
-  }
-  double as_number(std::string_view key, const json::value& v) const {
-    if (v.is_double()) return v.get_double();
-    if (v.is_int64()) return static_cast<double>(v.get_int64());
-    if (v.is_uint64()) return static_cast<double>(v.get_uint64());
-    fail(key, fmt::format("expected a number, got {}", json::serialize(v)));
+  const json::value& required(std::string_view key) const {
+    const json::value* v = find(key);
+    if (v == nullptr) fail(key, "missing");
+    return *v;
   }
 
   const json::object& o_;
-  std::string where_;
+  core::JsonReader reader_;
   std::string prefix_;
 };
 
@@ -161,9 +136,7 @@ std::string_view architecture_name(Architecture a) {
 }
 
 ModelConfig parse_model_config(std::string_view json_text, const std::string& where) {
-  boost::system::error_code ec;
-  const json::value root_value = json::parse(json_text, ec);
-  if (ec) throw ConfigError(where, "", fmt::format("not valid JSON: {}", ec.message()));
+  const json::value root_value = core::JsonReader(where).parse(json_text);
   if (!root_value.is_object()) throw ConfigError(where, "", "not a JSON object");
   const json::object& root = root_value.get_object();
   const Keys k(root, where);
@@ -247,11 +220,7 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& wh
 
 ModelConfig load_model_config(const fs::path& path) {
   const fs::path file = fs::is_directory(path) ? path / "config.json" : path;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(file.string(), "", "cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_model_config(ss.str(), file.string());
+  return parse_model_config(core::read_file(file), file.string());
 }
 
 }  // namespace kbrl::model

@@ -12,7 +12,9 @@
 #include <sstream>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/json.hpp"
+#include "kbrl/core/json_reader.hpp"
 #include "kbrl/reward/config.hpp"
 
 namespace kbrl::reward {
@@ -21,108 +23,14 @@ namespace json = boost::json;
 
 namespace {
 
-std::string describe(const json::value& v) {
-  std::string text = json::serialize(v);
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
-
-std::string join_field(const std::string& prefix, std::string_view key) {
-  return prefix.empty() ? std::string(key) : fmt::format("{}.{}", prefix, key);
-}
-
-// Reads values and reports every problem as a ConfigError naming `where` and the field.
-class Reader {
- public:
-  explicit Reader(std::string_view where) : where_(where) {}
-
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw core::ConfigError(where_, field, what);
-  }
-
-  const json::object& object(const json::value& v, const std::string& field) const {
-    if (!v.is_object()) fail(field, fmt::format("expected a JSON object, got {}", describe(v)));
-    return v.get_object();
-  }
-
-  void only_keys(const json::object& o, const std::string& prefix,
-                 std::initializer_list<std::string_view> accepted) const {
-    for (const auto& kv : o) {
-      const std::string_view key = kv.key();
-      if (std::find(accepted.begin(), accepted.end(), key) == accepted.end())
-        fail(join_field(prefix, key),
-             fmt::format("unknown key (accepted: {})", fmt::join(accepted, ", ")));
-    }
-  }
-
-  double number(const json::value& v, const std::string& field) const {
-    double d = 0.0;
-    if (v.is_double())
-      d = v.get_double();
-    else if (v.is_int64())
-      d = static_cast<double>(v.get_int64());
-    else if (v.is_uint64())
-      d = static_cast<double>(v.get_uint64());
-    else
-      fail(field, fmt::format("expected a number, got {}", describe(v)));
-    if (!std::isfinite(d)) fail(field, fmt::format("expected a finite number, got {}", describe(v)));
-    return d;
-  }
-
-  // null resets an optional (so a JSON override can remove a preset's cap).
-  std::optional<double> optional_number(const json::value& v, const std::string& field) const {
-    if (v.is_null()) return std::nullopt;
-    return number(v, field);
-  }
-
-  int integer(const json::value& v, const std::string& field) const {
-    constexpr auto lo = std::numeric_limits<int>::min();
-    constexpr auto hi = std::numeric_limits<int>::max();
-    if (v.is_int64() && v.get_int64() >= lo && v.get_int64() <= hi)
-      return static_cast<int>(v.get_int64());
-    if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(hi))
-      return static_cast<int>(v.get_uint64());
-    fail(field, fmt::format("expected an integer, got {}", describe(v)));
-  }
-
-  std::optional<int> optional_integer(const json::value& v, const std::string& field) const {
-    if (v.is_null()) return std::nullopt;
-    return integer(v, field);
-  }
-
-  bool boolean(const json::value& v, const std::string& field) const {
-    if (!v.is_bool()) fail(field, fmt::format("expected true or false, got {}", describe(v)));
-    return v.get_bool();
-  }
-
-  std::string string(const json::value& v, const std::string& field) const {
-    if (!v.is_string()) fail(field, fmt::format("expected a string, got {}", describe(v)));
-    return std::string(v.get_string());
-  }
-
-  // Parses a name with `parse`, turning its InvalidArgument into a ConfigError on `field`.
-  template <class Parse>
-  auto name(const json::value& v, const std::string& field, Parse parse) const {
-    const std::string text = string(v, field);
-    try {
-      return parse(text);
-    } catch (const core::InvalidArgument& e) {
-      fail(field, e.what());
-    }
-  }
-
- private:
-  std::string where_;
-};
-
-void read_correctness(const Reader& r, const json::value& v, CorrectnessOptions& o) {
+void read_correctness(const core::JsonReader& r, const json::value& v, CorrectnessOptions& o) {
   const auto& obj = r.object(v, "correctness");
   r.only_keys(obj, "correctness", {"partial_credit"});
   if (auto* x = obj.if_contains("partial_credit"))
     o.partial_credit = r.boolean(*x, "correctness.partial_credit");
 }
 
-void read_speed(const Reader& r, const json::value& v, SpeedOptions& o) {
+void read_speed(const core::JsonReader& r, const json::value& v, SpeedOptions& o) {
   const auto& obj = r.object(v, "speed");
   r.only_keys(obj, "speed", {"formula", "cap", "min_speedup", "require_correct"});
   if (auto* x = obj.if_contains("formula"))
@@ -134,7 +42,7 @@ void read_speed(const Reader& r, const json::value& v, SpeedOptions& o) {
     o.require_correct = r.boolean(*x, "speed.require_correct");
 }
 
-void read_length(const Reader& r, const json::value& v, LengthOptions& o) {
+void read_length(const core::JsonReader& r, const json::value& v, LengthOptions& o) {
   const auto& obj = r.object(v, "length");
   r.only_keys(obj, "length", {"target_tokens", "limit_tokens", "penalize_truncated"});
   if (auto* x = obj.if_contains("target_tokens"))
@@ -145,21 +53,21 @@ void read_length(const Reader& r, const json::value& v, LengthOptions& o) {
     o.penalize_truncated = r.boolean(*x, "length.penalize_truncated");
 }
 
-void read_thinking(const Reader& r, const json::value& v, ThinkingOptions& o) {
+void read_thinking(const core::JsonReader& r, const json::value& v, ThinkingOptions& o) {
   const auto& obj = r.object(v, "thinking");
   r.only_keys(obj, "thinking", {"min_chars", "required"});
   if (auto* x = obj.if_contains("min_chars")) o.min_chars = r.integer(*x, "thinking.min_chars");
   if (auto* x = obj.if_contains("required")) o.required = r.boolean(*x, "thinking.required");
 }
 
-void read_clip(const Reader& r, const json::value& v, ClipOptions& o) {
+void read_clip(const core::JsonReader& r, const json::value& v, ClipOptions& o) {
   const auto& obj = r.object(v, "clip");
   r.only_keys(obj, "clip", {"min", "max"});
   if (auto* x = obj.if_contains("min")) o.min = r.optional_number(*x, "clip.min");
   if (auto* x = obj.if_contains("max")) o.max = r.optional_number(*x, "clip.max");
 }
 
-void read_multi_turn(const Reader& r, const json::value& v, MultiTurnOptions& o) {
+void read_multi_turn(const core::JsonReader& r, const json::value& v, MultiTurnOptions& o) {
   const auto& obj = r.object(v, "multi_turn");
   r.only_keys(obj, "multi_turn", {"gamma", "form"});
   if (auto* x = obj.if_contains("gamma")) o.gamma = r.number(*x, "multi_turn.gamma");
@@ -177,7 +85,7 @@ json::value optional_value(const std::optional<int>& v) {
 
 RewardConfig RewardConfig::from_json(const json::value& jv, std::string_view where,
                                      const RewardRegistry& registry) {
-  const Reader r(where);
+  const core::JsonReader r{std::string(where)};
   if (jv.is_string()) {
     json::object shorthand;
     shorthand["preset"] = jv.get_string();
@@ -224,21 +132,11 @@ RewardConfig RewardConfig::from_json(const json::value& jv, std::string_view whe
 
 RewardConfig RewardConfig::from_json_text(std::string_view text, std::string_view where,
                                           const RewardRegistry& registry) {
-  json::value jv;
-  try {
-    jv = core::parse_json(text);
-  } catch (const core::InvalidArgument& e) {
-    throw core::ConfigError(std::string(where), "", e.what());
-  }
-  return from_json(jv, where, registry);
+  return from_json(core::JsonReader(std::string(where)).parse(text), where, registry);
 }
 
 RewardConfig RewardConfig::load(const std::filesystem::path& path, const RewardRegistry& registry) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw core::ConfigError(path.string(), "", "cannot open the reward config file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_json_text(text.str(), path.string(), registry);
+  return from_json_text(core::read_file(path), path.string(), registry);
 }
 
 json::value RewardConfig::to_json() const {

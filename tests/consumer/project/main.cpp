@@ -3,7 +3,7 @@
 #include <kbrl/core/json.hpp>
 #include <kbrl/core/hash.hpp>
 #include <kbrl/eval/scripted_evaluator.hpp>
-#include <kbrl/model/tokenizer.hpp>
+#include <kbrl/tokenizer/tokenizer.hpp>
 
 #include <iostream>
 #include <vector>
@@ -17,11 +17,11 @@ int main() {
   if (!(back == p)) return 1;
   // The tokenizer runs its pre-tokenizer on PCRE2, which libkbrl links privately: this proves
   // that the installed package brings it along.
-  const auto tok = kbrl::model::Tokenizer::from_json(
+  const auto tok = kbrl::tokenizer::Tokenizer::from_json(
       R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
           "decoder": {"type": "ByteLevel"}})");
-  if (tok.encode("ab ab") != std::vector<kbrl::model::TokenId>{2, 2} || tok.decode(std::vector<kbrl::model::TokenId>{2, 0}) != "aba") return 1;
+  if (tok.encode("ab ab") != std::vector<kbrl::tokenizer::TokenId>{2, 2} || tok.decode(std::vector<kbrl::tokenizer::TokenId>{2, 0}) != "aba") return 1;
   // The conformance suites as a user runs them on an evaluator of their own (here one that
   // answers each of the suite's candidates with the category it expects).
   kbrl::conformance::EvaluatorSuiteOptions suite;

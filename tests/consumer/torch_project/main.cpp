@@ -1,6 +1,6 @@
 // An outside program using kbrl::torch (found through find_package(kbrl)): writes tensors as
 // safetensors, reads them back, and checks a small decoder-free computation on them.
-#include <kbrl/model/torch_tensors.hpp>
+#include <kbrl/model/torch/torch_tensors.hpp>
 
 #include <ATen/ATen.h>
 

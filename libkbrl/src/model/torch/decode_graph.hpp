@@ -1,5 +1,5 @@
 // The Sampler's decoding step, shared by its eager loop and by the CUDA-graph replay of it
-// (decode_graph_cuda.cpp, built where libtorch has CUDA).
+// (cuda/decode_graph.cpp, built where libtorch has CUDA).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "kbrl/model/decoder.hpp"
-#include "kbrl/model/sampler.hpp"
+#include "kbrl/model/torch/decoder.hpp"
+#include "kbrl/model/torch/sampler.hpp"
 
 namespace kbrl::model::detail {
 

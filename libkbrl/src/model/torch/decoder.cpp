@@ -1,7 +1,7 @@
 // The forward pass mirrors transformers' modeling_llama / modeling_qwen2 / modeling_qwen3 op
 // for op (RMSNorm in fp32 then cast, rotary tables in fp32 then cast, softmax in fp32), so that
 // fp32 results agree to rounding and bf16 results to bf16 rounding; docs/model.md has numbers.
-#include "kbrl/model/decoder.hpp"
+#include "kbrl/model/torch/decoder.hpp"
 
 #include <ATen/ATen.h>
 
@@ -12,10 +12,10 @@
 #include <set>
 
 #include "kbrl/core/error.hpp"
-#include "text.hpp"
+#include "kbrl/core/text.hpp"
 #include "kbrl/model/checkpoint.hpp"
-#include "kbrl/model/torch_tensors.hpp"
-#include "kbrl/model/train_forward.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
+#include "kbrl/model/torch/train_forward.hpp"
 
 namespace kbrl::model {
 namespace fs = std::filesystem;
@@ -140,13 +140,13 @@ DecoderModel DecoderModel::load(const fs::path& dir, const LoadOptions& options)
   auto take = [&](const std::string& name, std::vector<std::int64_t> shape) -> at::Tensor {
     used.insert(name);
     if (!checkpoint.contains(name)) {
-      problems.push_back(detail::cat("missing ", name, " (expected shape ", detail::shape_string(shape), ")"));
+      problems.push_back(core::cat("missing ", name, " (expected shape ", core::shape_string(shape), ")"));
       return {};
     }
     const TensorInfo& info = checkpoint.info(name);
     if (info.shape != shape) {
-      problems.push_back(detail::cat(name, ": expected shape ", detail::shape_string(shape), ", found ",
-                                     detail::shape_string(info.shape)));
+      problems.push_back(core::cat(name, ": expected shape ", core::shape_string(shape), ", found ",
+                                     core::shape_string(info.shape)));
       return {};
     }
     return load_tensor(checkpoint, name, at::TensorOptions().dtype(options.dtype).device(options.device));
@@ -161,7 +161,7 @@ DecoderModel DecoderModel::load(const fs::path& dir, const LoadOptions& options)
   DecoderWeights w;
   w.embed_tokens = take("model.embed_tokens.weight", {V, H});
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = detail::cat("model.layers.", i, ".");
+    const std::string p = core::cat("model.layers.", i, ".");
     DecoderLayer layer;
     layer.input_norm = take(p + "input_layernorm.weight", {H});
     layer.q_proj = linear(p + "self_attn.q_proj", q_out, H, c.qkv_bias);
@@ -196,9 +196,9 @@ DecoderModel DecoderModel::load(const fs::path& dir, const LoadOptions& options)
     constexpr std::size_t kShown = 20;
     std::string list;
     for (std::size_t i = 0; i < problems.size() && i < kShown; ++i) list += "\n  " + problems[i];
-    if (problems.size() > kShown) list += detail::cat("\n  ... and ", problems.size() - kShown, " more");
+    if (problems.size() > kShown) list += core::cat("\n  ... and ", problems.size() - kShown, " more");
     throw core::ConfigError(checkpoint.source().string(), "",
-                            detail::cat("does not match ", architecture_name(c.architecture), " in ",
+                            core::cat("does not match ", architecture_name(c.architecture), " in ",
                                         (dir / "config.json").string(), " (", problems.size(), " problems):", list));
   }
   DecoderModel model(std::move(config), std::move(w), options);
@@ -210,7 +210,7 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights, const Loa
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   if (options_.dtype != at::kFloat && options_.dtype != at::kBFloat16 && options_.dtype != at::kHalf &&
       options_.dtype != at::kDouble)
-    throw core::InvalidArgument(detail::cat("DecoderModel: dtype ", c10::toString(options_.dtype),
+    throw core::InvalidArgument(core::cat("DecoderModel: dtype ", c10::toString(options_.dtype),
                                             " is not float32, bfloat16, float16 or float64"));
   // Computed on the CPU as transformers does at construction, then moved.
   inv_freq_ = rope_inv_freq(config_).to(options_.device);
@@ -220,7 +220,7 @@ std::vector<std::pair<std::string, Linear*>> DecoderModel::linears() {
   std::vector<std::pair<std::string, Linear*>> out;
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
     DecoderLayer& l = weights_.layers[i];
-    const std::string p = detail::cat("model.layers.", i, ".");
+    const std::string p = core::cat("model.layers.", i, ".");
     out.emplace_back(p + "self_attn.q_proj", &l.q_proj);
     out.emplace_back(p + "self_attn.k_proj", &l.k_proj);
     out.emplace_back(p + "self_attn.v_proj", &l.v_proj);
@@ -317,8 +317,8 @@ struct DecoderModel::Prepared {
 
 DecoderModel::Prepared DecoderModel::prepare(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                              KvCache* cache) const {
-  if (input_ids.dim() != 2) throw core::InvalidArgument(detail::cat("forward: input_ids must be [B, T], got ",
-                                                                    detail::shape_string(input_ids.sizes())));
+  if (input_ids.dim() != 2) throw core::InvalidArgument(core::cat("forward: input_ids must be [B, T], got ",
+                                                                    core::shape_string(input_ids.sizes())));
   const auto dev = options_.device;
   Prepared p;
   p.ids = input_ids.to(dev, at::kLong);  // [B, T]
@@ -326,19 +326,19 @@ DecoderModel::Prepared DecoderModel::prepare(const at::Tensor& input_ids, const 
   const auto B = ids.size(0), T = ids.size(1);
   if (T == 0) throw core::InvalidArgument("forward: no tokens");
   if (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= config_.vocab_size)
-    throw core::InvalidArgument(detail::cat("forward: token ids must lie in [0, ", config_.vocab_size, ")"));
+    throw core::InvalidArgument(core::cat("forward: token ids must lie in [0, ", config_.vocab_size, ")"));
   const at::Tensor real = attention_mask.defined() ? attention_mask.to(dev).to(at::kBool)
                                                    : at::ones({B, T}, ids.options().dtype(at::kBool));  // [B, T]
   if (real.sizes() != ids.sizes())
-    throw core::InvalidArgument(detail::cat("forward: attention_mask ", detail::shape_string(real.sizes()),
-                                            " does not match input_ids ", detail::shape_string(ids.sizes())));
+    throw core::InvalidArgument(core::cat("forward: attention_mask ", core::shape_string(real.sizes()),
+                                            " does not match input_ids ", core::shape_string(ids.sizes())));
 
   // Columns and positions. A row's position counts its real tokens before this one.
   p.past_lengths = at::zeros({B}, ids.options());
   at::Tensor valid;  // [B, S] which key columns hold real tokens, S = past + T
   if (cache != nullptr) {
     if (cache->batch() != B)
-      throw core::InvalidArgument(detail::cat("forward: cache has ", cache->batch(), " rows, input has ", B));
+      throw core::InvalidArgument(core::cat("forward: cache has ", cache->batch(), " rows, input has ", B));
     cache->reserve(T);
     p.past = cache->length_;
     p.past_lengths = cache->lengths_;

@@ -1,6 +1,6 @@
 // PEFT's LoRA on kbrl's decoder. The formats follow what PEFT 0.21 writes and loads: config keys
 // as in adapter_config.json, tensor keys "base_model.model.<module>.lora_{A,B}.weight".
-#include "kbrl/model/lora.hpp"
+#include "kbrl/model/torch/lora.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -15,9 +15,10 @@
 #include <sstream>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/json_reader.hpp"
 #include "kbrl/model/safetensors.hpp"
-#include "kbrl/model/torch_tensors.hpp"
-#include "text.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
+#include "kbrl/core/text.hpp"
 
 namespace kbrl::model {
 namespace fs = std::filesystem;
@@ -43,10 +44,10 @@ void freeze(DecoderModel& model) {
 // LoraConfig
 
 void LoraConfig::validate() const {
-  if (rank <= 0) throw core::InvalidArgument(detail::cat("LoraConfig.rank must be positive, got ", rank));
+  if (rank <= 0) throw core::InvalidArgument(core::cat("LoraConfig.rank must be positive, got ", rank));
   if (!std::isfinite(alpha)) throw core::InvalidArgument("LoraConfig.alpha must be finite");
   if (!(dropout >= 0.0 && dropout < 1.0))
-    throw core::InvalidArgument(detail::cat("LoraConfig.dropout must lie in [0, 1), got ", dropout));
+    throw core::InvalidArgument(core::cat("LoraConfig.dropout must lie in [0, 1), got ", dropout));
   if (target_regex.empty() && target_modules.empty())
     throw core::InvalidArgument("LoraConfig.target_modules is empty (and no target_regex)");
   for (const auto& t : target_modules)
@@ -55,7 +56,7 @@ void LoraConfig::validate() const {
     try {
       const std::regex re(target_regex);
     } catch (const std::regex_error& e) {
-      throw core::InvalidArgument(detail::cat("LoraConfig.target_regex is not a regular expression: ", e.what()));
+      throw core::InvalidArgument(core::cat("LoraConfig.target_regex is not a regular expression: ", e.what()));
     }
   }
 }
@@ -84,7 +85,7 @@ std::vector<std::pair<std::string, at::Tensor>> named_tensors(const DecoderModel
   out.emplace_back("model.embed_tokens.weight", w.embed_tokens);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const DecoderLayer& l = w.layers[i];
-    const std::string p = detail::cat("model.layers.", i, ".");
+    const std::string p = core::cat("model.layers.", i, ".");
     out.emplace_back(p + "input_layernorm.weight", l.input_norm);
     linear(p + "self_attn.q_proj", l.q_proj);
     linear(p + "self_attn.k_proj", l.k_proj);
@@ -103,14 +104,14 @@ std::vector<std::pair<std::string, at::Tensor>> named_tensors(const DecoderModel
 }
 
 static void check_attachable(DecoderModel& model, const std::vector<std::string>& modules, const std::string& what) {
-  if (modules.empty()) throw core::InvalidArgument(detail::cat(what, ": no module of the model matches target_modules"));
+  if (modules.empty()) throw core::InvalidArgument(core::cat(what, ": no module of the model matches target_modules"));
   for (const auto& [name, linear] : model.linears()) {
-    if (linear->lora) throw core::InvalidArgument(detail::cat(what, ": the model already has an adapter on ", name));
+    if (linear->lora) throw core::InvalidArgument(core::cat(what, ": the model already has an adapter on ", name));
   }
   if (model.config().tie_word_embeddings)
     for (const auto& m : modules)
       if (m == "lm_head")
-        throw core::InvalidArgument(detail::cat(what, ": lm_head is tied to the embedding; an adapter on it is not supported"));
+        throw core::InvalidArgument(core::cat(what, ": lm_head is tied to the embedding; an adapter on it is not supported"));
 }
 
 LoraModel LoraModel::attach(DecoderModel& model, const LoraConfig& config, c10::ScalarType adapter_dtype) {
@@ -182,7 +183,7 @@ DecoderModel LoraModel::merged() const {
 
 void LoraModel::save_merged(const fs::path& dir, const fs::path& base_model_dir) const {
   if (!fs::is_regular_file(base_model_dir / "config.json"))
-    throw core::InvalidArgument(detail::cat("save_merged: ", (base_model_dir / "config.json").string(), " does not exist"));
+    throw core::InvalidArgument(core::cat("save_merged: ", (base_model_dir / "config.json").string(), " does not exist"));
   fs::create_directories(dir);
   for (const auto& entry : fs::directory_iterator(base_model_dir)) {
     const std::string file = entry.path().filename().string();
@@ -260,19 +261,13 @@ void LoraModel::save(const fs::path& dir, const std::string& base_model_name_or_
   c["velora_config"] = nullptr;
   std::ofstream out(dir / "adapter_config.json", std::ios::trunc);
   out << json::serialize(c) << "\n";
-  if (!out) throw core::InvalidArgument(detail::cat("cannot write ", (dir / "adapter_config.json").string()));
+  if (!out) throw core::InvalidArgument(core::cat("cannot write ", (dir / "adapter_config.json").string()));
 }
 
 namespace {
 
 json::object read_config(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw core::ConfigError(path.string(), "", "cannot read the adapter config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  boost::system::error_code ec;
-  json::value v = json::parse(ss.str(), ec);
-  if (ec) throw core::ConfigError(path.string(), "", "not JSON: " + ec.message());
+  json::value v = core::read_json_file(path);
   if (!v.is_object()) throw core::ConfigError(path.string(), "", "not a JSON object");
   return v.as_object();
 }
@@ -312,21 +307,21 @@ LoraModel LoraModel::load(DecoderModel& model, const fs::path& dir, c10::ScalarT
   const json::value& peft_type = require("peft_type");
   if (!peft_type.is_string() || peft_type.as_string() != "LORA")
     throw core::ConfigError(where, "peft_type",
-                            detail::cat("must be \"LORA\", found ", json::serialize(peft_type),
+                            core::cat("must be \"LORA\", found ", json::serialize(peft_type),
                                         " (only LoRA adapters are supported)"));
   if (const json::value* t = field("task_type"); t != nullptr && !t->is_null() &&
                                                  !(t->is_string() && t->as_string() == "CAUSAL_LM"))
-    throw core::ConfigError(where, "task_type", detail::cat("must be \"CAUSAL_LM\", found ", json::serialize(*t)));
+    throw core::ConfigError(where, "task_type", core::cat("must be \"CAUSAL_LM\", found ", json::serialize(*t)));
   if (const json::value* b = field("bias"); b != nullptr && !(b->is_string() && b->as_string() == "none"))
     throw core::ConfigError(where, "bias",
-                            detail::cat("must be \"none\", found ", json::serialize(*b), " (trained biases are not supported)"));
+                            core::cat("must be \"none\", found ", json::serialize(*b), " (trained biases are not supported)"));
   // Options that change what the adapter computes or which tensors it holds.
   for (const char* key : {"modules_to_save", "use_dora", "lora_bias", "fan_in_fan_out", "rank_pattern", "alpha_pattern",
                           "layers_to_transform", "exclude_modules", "trainable_token_indices", "target_parameters",
                           "layer_replication", "use_qalora", "alora_invocation_tokens", "use_bdlora", "arrow_config",
                           "velora_config", "monteclora_config"}) {
     if (const json::value* v = field(key); v != nullptr && !is_off(*v))
-      throw core::ConfigError(where, key, detail::cat("is set to ", json::serialize(*v), "; kbrl's LoRA does not support it"));
+      throw core::ConfigError(where, key, core::cat("is set to ", json::serialize(*v), "; kbrl's LoRA does not support it"));
   }
 
   LoraConfig config;
@@ -374,13 +369,13 @@ LoraModel LoraModel::load(DecoderModel& model, const fs::path& dir, c10::ScalarT
   const auto take = [&](const std::string& key, std::vector<std::int64_t> shape) -> at::Tensor {
     used.insert(key);
     if (!file.contains(key)) {
-      problems.push_back(detail::cat("missing ", key, " (expected shape ", detail::shape_string(shape), ")"));
+      problems.push_back(core::cat("missing ", key, " (expected shape ", core::shape_string(shape), ")"));
       return {};
     }
     const TensorInfo& info = file.info(key);
     if (info.shape != shape) {
-      problems.push_back(detail::cat(key, ": expected shape ", detail::shape_string(shape), " (r = ", config.rank,
-                                     "), found ", detail::shape_string(info.shape)));
+      problems.push_back(core::cat(key, ": expected shape ", core::shape_string(shape), " (r = ", config.rank,
+                                     "), found ", core::shape_string(info.shape)));
       return {};
     }
     return load_tensor(file, key, options);
@@ -396,12 +391,12 @@ LoraModel LoraModel::load(DecoderModel& model, const fs::path& dir, c10::ScalarT
     adapters.emplace(name, std::move(adapter));
   }
   for (const auto& name : file.tensor_names())
-    if (!used.contains(name)) problems.push_back(detail::cat("unexpected tensor ", name));
+    if (!used.contains(name)) problems.push_back(core::cat("unexpected tensor ", name));
   if (!problems.empty()) {
     std::string list;
     for (const auto& p : problems) list += "\n  " + p;
     throw core::ConfigError(tensors_path.string(), "",
-                            detail::cat("does not match ", where, " and the model (", problems.size(), " problems):", list));
+                            core::cat("does not match ", where, " and the model (", problems.size(), " problems):", list));
   }
 
   freeze(model);

@@ -1,4 +1,4 @@
-#include "kbrl/model/sampler.hpp"
+#include "kbrl/model/torch/sampler.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -11,7 +11,7 @@
 
 #include "decode_graph.hpp"
 #include "kbrl/core/error.hpp"
-#include "text.hpp"
+#include "kbrl/core/text.hpp"
 
 namespace kbrl::model {
 
@@ -26,15 +26,15 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 void check_params(const SamplingParams& p, const TokenBytes& token_bytes) {
   auto bad = [](const std::string& field, const std::string& what) {
-    throw core::InvalidArgument(detail::cat("SamplingParams.", field, ": ", what));
+    throw core::InvalidArgument(core::cat("SamplingParams.", field, ": ", what));
   };
-  if (p.max_tokens < 1) bad("max_tokens", detail::cat(p.max_tokens, " must be at least 1"));
+  if (p.max_tokens < 1) bad("max_tokens", core::cat(p.max_tokens, " must be at least 1"));
   if (!(p.temperature >= 0) || !std::isfinite(p.temperature))
-    bad("temperature", detail::cat(p.temperature, " must be finite and >= 0 (0 = greedy)"));
-  if (!(p.top_p > 0 && p.top_p <= 1)) bad("top_p", detail::cat(p.top_p, " must be in (0, 1]"));
-  if (p.top_k < 0) bad("top_k", detail::cat(p.top_k, " must be >= 0 (0 = off)"));
+    bad("temperature", core::cat(p.temperature, " must be finite and >= 0 (0 = greedy)"));
+  if (!(p.top_p > 0 && p.top_p <= 1)) bad("top_p", core::cat(p.top_p, " must be in (0, 1]"));
+  if (p.top_k < 0) bad("top_k", core::cat(p.top_k, " must be >= 0 (0 = off)"));
   for (std::size_t i = 0; i < p.stop_strings.size(); ++i)
-    if (p.stop_strings[i].empty()) bad(detail::cat("stop_strings[", i, "]"), "must not be empty");
+    if (p.stop_strings[i].empty()) bad(core::cat("stop_strings[", i, "]"), "must not be empty");
   if (!p.stop_strings.empty() && !token_bytes)
     bad("stop_strings", "given, but the Sampler has no TokenBytes to detokenize with");
 }
@@ -50,8 +50,8 @@ const char* stop_reason_name(StopReason reason) {
   return "?";
 }
 
-TokenBytes token_bytes_of(const Tokenizer& tokenizer) {
-  return [&tokenizer](std::int64_t id) { return std::string(tokenizer.token_bytes(static_cast<TokenId>(id))); };
+TokenBytes token_bytes_of(const tokenizer::Tokenizer& tokenizer) {
+  return [&tokenizer](std::int64_t id) { return std::string(tokenizer.token_bytes(static_cast<tokenizer::TokenId>(id))); };
 }
 
 double sampling_uniform(std::uint64_t seed, std::uint64_t prompt, std::uint64_t sample, std::uint64_t step) {
@@ -126,23 +126,23 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
                                       const std::vector<std::uint64_t>& prompt_keys) const {
   check_params(params, token_bytes_);
   if (!prompt_keys.empty() && prompt_keys.size() != prompts.size())
-    throw core::InvalidArgument(detail::cat("Sampler::generate: prompt_keys has ", prompt_keys.size(),
+    throw core::InvalidArgument(core::cat("Sampler::generate: prompt_keys has ", prompt_keys.size(),
                                             " entries for ", prompts.size(), " prompts"));
-  if (n < 1) throw core::InvalidArgument(detail::cat("Sampler::generate: n = ", n, " samples per prompt must be >= 1"));
+  if (n < 1) throw core::InvalidArgument(core::cat("Sampler::generate: n = ", n, " samples per prompt must be >= 1"));
   if (prompts.empty()) throw core::InvalidArgument("Sampler::generate: prompts: no prompts given");
   const std::int64_t vocab = model_->config().vocab_size;
   std::int64_t T = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) throw core::InvalidArgument(detail::cat("Sampler::generate: prompts[", i, "] is empty"));
+    if (prompts[i].empty()) throw core::InvalidArgument(core::cat("Sampler::generate: prompts[", i, "] is empty"));
     for (std::size_t k = 0; k < prompts[i].size(); ++k)
       if (prompts[i][k] < 0 || prompts[i][k] >= vocab)
-        throw core::InvalidArgument(detail::cat("Sampler::generate: prompts[", i, "][", k, "] = ", prompts[i][k],
+        throw core::InvalidArgument(core::cat("Sampler::generate: prompts[", i, "][", k, "] = ", prompts[i][k],
                                                 " is outside the vocabulary [0, ", vocab, ")"));
     T = std::max<std::int64_t>(T, static_cast<std::int64_t>(prompts[i].size()));
   }
   for (const auto id : params.stop_token_ids)
     if (id < 0 || id >= vocab)
-      throw core::InvalidArgument(detail::cat("SamplingParams.stop_token_ids: ", id, " is outside the vocabulary [0, ", vocab, ")"));
+      throw core::InvalidArgument(core::cat("SamplingParams.stop_token_ids: ", id, " is outside the vocabulary [0, ", vocab, ")"));
 
   const c10::InferenceMode inference;
   const auto B = static_cast<std::int64_t>(prompts.size());

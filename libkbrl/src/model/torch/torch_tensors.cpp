@@ -1,11 +1,11 @@
-#include "kbrl/model/torch_tensors.hpp"
+#include "kbrl/model/torch/torch_tensors.hpp"
 
 #include <ATen/ATen.h>
 
 #include <cstring>
 
 #include "kbrl/core/error.hpp"
-#include "text.hpp"
+#include "kbrl/core/text.hpp"
 
 namespace kbrl::model {
 
@@ -34,7 +34,7 @@ c10::ScalarType to_scalar_type(Dtype dtype) {
     case Dtype::F6_E2M3:
     case Dtype::F6_E3M2: break;
   }
-  throw core::InvalidArgument(detail::cat("safetensors dtype ", dtype_name(dtype), " has no torch equivalent"));
+  throw core::InvalidArgument(core::cat("safetensors dtype ", dtype_name(dtype), " has no torch equivalent"));
 }
 
 Dtype from_scalar_type(c10::ScalarType type) {
@@ -43,7 +43,7 @@ Dtype from_scalar_type(c10::ScalarType type) {
     if (d == Dtype::F4 || d == Dtype::F6_E2M3 || d == Dtype::F6_E3M2) continue;
     if (to_scalar_type(d) == type) return d;
   }
-  throw core::InvalidArgument(detail::cat("torch dtype ", c10::toString(type), " has no safetensors equivalent"));
+  throw core::InvalidArgument(core::cat("torch dtype ", c10::toString(type), " has no safetensors equivalent"));
 }
 
 at::Tensor tensor_view(const SafetensorsFile& file, const TensorInfo& info) {

@@ -2,7 +2,7 @@
 // functions always do) and keeps the input, the closure and the generator state; its backward
 // replays the closure and differentiates the replay. The generator state makes dropout draw the
 // same masks both times, as torch.utils.checkpoint's preserve_rng_state does.
-#include "kbrl/model/train_forward.hpp"
+#include "kbrl/model/torch/train_forward.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "kbrl/core/error.hpp"
-#include "text.hpp"
+#include "kbrl/core/text.hpp"
 
 namespace kbrl::model {
 namespace {
@@ -40,7 +40,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->save_for_backward({input});
     ctx->saved_data["replay"] = c10::IValue::make_capsule(replay);
     ctx->saved_data["params"] = static_cast<std::int64_t>(params.size());
-    for (std::size_t i = 0; i < params.size(); ++i) ctx->saved_data[detail::cat("p", i)] = params[i];
+    for (std::size_t i = 0; i < params.size(); ++i) ctx->saved_data[core::cat("p", i)] = params[i];
     return replay->fn(input);
   }
 
@@ -49,7 +49,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     const at::Tensor saved = ctx->get_saved_variables()[0];
     const auto n = static_cast<std::size_t>(ctx->saved_data["params"].toInt());
     std::vector<at::Tensor> params;
-    for (std::size_t i = 0; i < n; ++i) params.push_back(ctx->saved_data[detail::cat("p", i)].toTensor());
+    for (std::size_t i = 0; i < n; ++i) params.push_back(ctx->saved_data[core::cat("p", i)].toTensor());
 
     const at::Tensor input = saved.detach().requires_grad_(saved.requires_grad());
     at::Tensor output;
@@ -138,8 +138,8 @@ at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> fn, const at:
 at::Tensor token_logprobs(const DecoderModel& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
                           const at::Tensor& targets, const TrainForwardOptions& options) {
   if (targets.sizes() != input_ids.sizes())
-    throw core::InvalidArgument(detail::cat("token_logprobs: targets ", detail::shape_string(targets.sizes()),
-                                            " do not match input_ids ", detail::shape_string(input_ids.sizes())));
+    throw core::InvalidArgument(core::cat("token_logprobs: targets ", core::shape_string(targets.sizes()),
+                                            " do not match input_ids ", core::shape_string(input_ids.sizes())));
   if (options.logprob_chunk_tokens <= 0)
     throw core::InvalidArgument("token_logprobs: TrainForwardOptions.logprob_chunk_tokens must be positive");
   const at::Tensor h = model.hidden_states(input_ids, attention_mask, options);  // [B, T, hidden]
@@ -151,7 +151,7 @@ at::Tensor token_logprobs(const DecoderModel& model, const at::Tensor& input_ids
   const auto V = model.config().vocab_size;
   const at::Tensor bad = real & ((tgt < 0) | (tgt >= V));
   if (bad.any().item<bool>())
-    throw core::InvalidArgument(detail::cat("token_logprobs: targets at real positions must lie in [0, ", V, ")"));
+    throw core::InvalidArgument(core::cat("token_logprobs: targets at real positions must lie in [0, ", V, ")"));
   tgt = tgt.masked_fill(real.logical_not(), 0);
 
   const Linear& head = model.weights().lm_head;

@@ -1,0 +1,88 @@
+// Sampling from a DecoderModel (part of kbrl::torch): a batch of prompts is prefilled once, each
+// prompt's cache rows are copied n times, and every sample draws its tokens from counter-based
+// uniforms keyed by (seed, prompt, sample, step), so a sample does not depend on its batch.
+// docs/model.md "Sampler": the exact semantics of logprobs, stop strings and determinism.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kbrl/model/torch/decoder.hpp"
+#include "kbrl/tokenizer/tokenizer.hpp"
+
+namespace kbrl::model {
+
+struct SamplingParams {
+  std::int64_t max_tokens = 256;  // >= 1: tokens generated per sample at most
+  double temperature = 1.0;       // >= 0; 0 = greedy (argmax, no randomness)
+  double top_p = 1.0;             // in (0, 1]; 1 = off
+  std::int64_t top_k = 0;         // >= 0; 0 = off
+  std::vector<std::int64_t> stop_token_ids;
+  // Byte strings, matched against the concatenated bytes of the generated tokens (not the
+  // prompt). Needs the Sampler's TokenBytes.
+  std::vector<std::string> stop_strings;
+  std::uint64_t seed = 0;
+};
+
+enum class StopReason { kStopToken, kStopString, kMaxTokens };
+const char* stop_reason_name(StopReason reason);  // "stop_token", "stop_string", "max_tokens"
+
+struct Sample {
+  std::size_t prompt_index = 0;
+  std::size_t sample_index = 0;  // 0 .. n-1 within its prompt
+  std::vector<std::int64_t> tokens;  // ends with the stop token / the token completing a stop string
+  // log p(token) under the distribution it was drawn from: log_softmax(logits / temperature)
+  // restricted to the top-k, then top-p set and renormalized. Greedy: log_softmax(logits), the
+  // temperature-1 distribution without filtering (the policy's own logprob).
+  std::vector<float> logprobs;
+  StopReason stop_reason = StopReason::kMaxTokens;
+};
+
+// The bytes a token stands for, for stop strings (for example Tokenizer::token_bytes).
+using TokenBytes = std::function<std::string(std::int64_t id)>;
+TokenBytes token_bytes_of(const tokenizer::Tokenizer& tokenizer);  // keeps a reference: the tokenizer must outlive it
+
+// The pieces of one sampling step, exposed so that tests (and training) can compute the same
+// distribution from a full forward pass.
+//   logits [R, vocab] (any float dtype) -> log-probabilities [R, vocab] float32 of the
+//   distribution sampled from: temperature, then top-k, then top-p over the top-k-renormalized
+//   distribution (keep the smallest prefix by descending probability whose mass reaches top_p;
+//   at least one token), renormalized; excluded tokens are -inf. temperature 0: log_softmax.
+at::Tensor sampling_logprobs(const at::Tensor& logits, const SamplingParams& params);
+
+// The uniform in [0, 1) that sample (prompt, sample) uses at `step`: splitmix64 over the four
+// numbers, the top 53 bits. Pure function of its arguments.
+double sampling_uniform(std::uint64_t seed, std::uint64_t prompt, std::uint64_t sample, std::uint64_t step);
+
+struct SamplerOptions {
+  // On a CUDA device, decode by replaying CUDA graphs of the whole step (model and draw) instead
+  // of launching each kernel from the host: same arithmetic, attention over a longer masked span.
+  // Needs libtorch with CUDA (detail: src/model/torch/cuda/decode_graph.cpp); ignored elsewhere.
+  bool cuda_graphs = true;
+  // A graph attends to a fixed number of cache columns, a multiple of this; a longer sample
+  // captures the next size when it gets there.
+  std::int64_t graph_span_step = 256;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const DecoderModel& model, TokenBytes token_bytes = {}, SamplerOptions options = {});
+
+  // prompts: token ids, each non-empty, any lengths. n >= 1 samples per prompt. Returns
+  // prompts.size() * n samples, prompt-major (index = prompt * n + sample). prompt_keys: the
+  // number that keys prompt i's draws (default: i); a prompt given the same key draws the same
+  // uniforms in any batch. Throws core::InvalidArgument naming the field for bad parameters, an
+  // empty prompt, a token id outside the vocabulary, or stop strings without TokenBytes.
+  std::vector<Sample> generate(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
+                               const SamplingParams& params, const std::vector<std::uint64_t>& prompt_keys = {}) const;
+
+ private:
+  const DecoderModel* model_;
+  TokenBytes token_bytes_;
+  SamplerOptions options_;
+};
+
+}  // namespace kbrl::model
