@@ -3,7 +3,8 @@
 // examples/solutions/expected.json records, the static checker's errors included, the three result
 // files are written and readable, and a second run over the same folder resumes: nothing is
 // evaluated again. A third run with --no-static-check shows what the checker is there for: the
-// candidates it rejects get their runtime verdicts, and for some that is "correct".
+// candidates it rejects get their runtime verdicts, and for some that is "correct". A fourth, after
+// a line of eval_results.jsonl was torn, evaluates that candidate again.
 //
 // Registered as one CTest test (integration:kbrl_eval_solutions) with its own long timeout, not
 // through the *_test.cpp glob: the candidates are built for real, cold, which takes minutes.
@@ -371,4 +372,28 @@ TEST_CASE("kbrl-eval generations gives every example solution its expected verdi
     CHECK(r.static_findings.empty());  // the checker did not run
     check_verdict(file, *expected.at(file).without_static_check, r, work_dir);
   }
+  // ---- fourth run: a line torn by a kill is evaluated again, and the file stays JSON Lines ----
+  // A kill in the middle of a write leaves the last line without its end; the resumed run must
+  // not read it, must evaluate that candidate again and must not glue its new line onto it.
+  const auto last_start = jsonl_text.rfind('\n', jsonl_text.size() - 2) + 1;
+  const std::string last_line = jsonl_text.substr(last_start, jsonl_text.size() - 1 - last_start);
+  const std::string torn_file(core::parse_json(last_line).as_object().at("file").as_string());
+  {
+    std::ofstream out(run_dir / "eval_results.jsonl", std::ios::binary | std::ios::trunc);
+    out << jsonl_text.substr(0, last_start + last_line.size() / 2);
+  }
+  const Run fourth = run_kbrl_eval(run_dir, work_dir, scratch, "fourth");
+  INFO("stderr of the fourth run:\n" << without_progress(fourth.err));
+  REQUIRE(fourth.exit_code == 0);
+  CHECK(fourth.err.find(fmt::format("{} candidates, {} already evaluated, 1 to go", files.size(), files.size() - 1)) !=
+        std::string::npos);
+  const std::string text_after = read_text(run_dir / "eval_results.jsonl");
+  CHECK(text_after.substr(0, last_start) == jsonl_text.substr(0, last_start));  // the whole lines kept as they were
+  const auto lines_after = lines_of(text_after);
+  REQUIRE(lines_after.size() == files.size());
+  const auto again = core::parse_json(lines_after.back()).as_object();
+  CHECK(std::string(again.at("file").as_string()) == torn_file);
+  CHECK(json::value_to<core::EvalResult>(again.at("result")).correct == results.at(torn_file).correct);
+  CHECK(core::parse_json(read_text(run_dir / "eval_summary.json")).as_object().at("total").to_number<int>() ==
+        static_cast<int>(files.size()));
 }

@@ -174,12 +174,8 @@ class Trainer {
     to.forward.checkpoint_layers = config_.train.activation_checkpointing;
     client_ = std::make_unique<TrainingClient>(model_, lora_parameters(*model_), to);
 
-    eval::LocalEvaluatorConfig ec;
-    ec.platform = core::parse_device_platform(config_.evaluator.device);
-    ec.devices = config_.evaluator.gpus;
-    ec.compile_workers = config_.evaluator.workers;
-    ec.sandbox = config_.evaluator.sandbox ? eval::SandboxMode::automatic : eval::SandboxMode::off;
-    ec.work_dir = config_.evaluator.work_dir.empty() ? log_path_ / "eval_work" : fs::path(config_.evaluator.work_dir);
+    eval::LocalEvaluatorConfig ec = eval::local_evaluator_config(config_.evaluator);
+    if (ec.work_dir.empty()) ec.work_dir = log_path_ / "eval_work";  // a run keeps its builds beside it
     evaluator_ = std::make_unique<eval::LocalEvaluator>(ec);
 
     dataset_ = std::make_unique<env::KernelBenchDataset>(make_dataset_options(), *evaluator_);
@@ -209,11 +205,7 @@ class Trainer {
     e.prompt.one_shot = config_.prompt.one_shot;
     e.prompt.thinking_instruction = config_.prompt.thinking;
     e.prompt.hardware = config_.prompt.hardware;
-    e.eval.correctness_trials = config_.evaluator.correctness_trials;
-    e.eval.timing_trials = config_.evaluator.timing_trials;
-    e.eval.warmup_runs = config_.evaluator.warmup_runs;
-    e.eval.compile_timeout_s = config_.evaluator.compile_timeout_s;
-    e.eval.run_timeout_s = config_.evaluator.run_timeout_s;
+    e.eval = config_.evaluator.options;
     e.reward = config_.reward;
     e.registry = &registry_;
     e.max_turns = config_.env.max_turns;
