@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/dataset/load.hpp"
@@ -44,14 +45,6 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw core::InvalidArgument(fmt::format("cannot read {}", p.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // What every command asks of each request besides the evaluator settings.
 struct RequestOptions {
@@ -117,7 +110,7 @@ int cmd_kernel(const KernelCommand& k, const eval::EvaluatorSettings& settings) 
   core::EvalRequest r = base_request(k.request, settings);
   r.request_id = fs::path(k.kernel).filename().string();
   r.problem = p;
-  r.candidate_source = candidate_program(read_text(k.kernel));
+  r.candidate_source = candidate_program(core::read_file(k.kernel));
   eval::LocalEvaluator evaluator(eval::local_evaluator_config(settings));
   const core::EvalResult result = evaluator.evaluate({r})[0];
   json::value v = json::value_from(result);
@@ -204,7 +197,7 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
       core::EvalRequest r = base;
       r.request_id = fmt::format("level_{}_problem_{}_sample_{}", level, c.problem, c.sample);
       r.problem = by_number.at(c.problem);
-      r.candidate_source = candidate_program(read_text(c.path));
+      r.candidate_source = candidate_program(core::read_file(c.path));
       pending.emplace_back(c, evaluator.submit(std::move(r)));
     }
     log::Progress progress("evaluating", static_cast<long>(pending.size()));
@@ -304,7 +297,7 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
   std::cerr << fmt::format("{} answers sampled into {}\n", written, run_dir.string());
   const int rc = cmd_generations(g, settings);
   if (!m.tensorboard.empty()) {
-    const auto summary = core::parse_json(read_text(run_dir / "eval_summary.json")).as_object();
+    const auto summary = core::parse_json(core::read_file(run_dir / "eval_summary.json")).as_object();
     log::TensorBoardWriter tb(fs::path(m.tensorboard) / "tb");
     for (const auto& [key, value] : summary) {
       if (value.is_number()) tb.add_scalar(fmt::format("eval/{}", std::string(key)), value.to_number<double>(), m.step);

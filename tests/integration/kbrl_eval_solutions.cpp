@@ -12,7 +12,7 @@
 
 #include <kbrl/core/json.hpp>
 #include <kbrl/core/types.hpp>
-#include <kbrl/eval/static_check.hpp>
+#include <kbrl/check/static_check.hpp>
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -92,7 +92,7 @@ Expected parse_expected(const json::object& o, bool top_level) {
   if (const auto* rules = o.if_contains("static_rules"))
     for (const auto& rule : rules->as_array()) {
       INFO("static rule " << rule);
-      CHECK(eval::find_static_check_rule(rule.as_string()) != nullptr);
+      CHECK(check::find_static_check_rule(rule.as_string()) != nullptr);
       e.static_rules.insert(std::string(rule.as_string()));
     }
   if (const auto* w = o.if_contains("without_static_check"))

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/hash.hpp"
 #include "kbrl/core/json.hpp"
@@ -147,14 +148,6 @@ void write_file_atomically(const fs::path& path, std::string_view data) {
     if (!out) throw core::Error(fmt::format("cannot write {}", tmp.string()));
   }
   fs::rename(tmp, path);
-}
-
-std::optional<std::string> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 bool command_works(const std::vector<std::string>& argv) {
@@ -610,11 +603,13 @@ struct LocalEvaluator::Impl {
   // The outcome a build directory keeps; none when there is no record yet, or one this version
   // cannot read (it is then built again, and the record replaced).
   static std::optional<CompileReply> read_compile_record(const fs::path& record) {
-    const auto text = read_file(record);
-    if (!text) return std::nullopt;
     try {
+      const auto text = core::read_file_if_exists(record);
+      if (!text) return std::nullopt;
       return read_compile_reply(*text, "");
     } catch (const WorkerProtocolError&) {
+      return std::nullopt;
+    } catch (const core::ConfigError&) {  // unreadable: built again
       return std::nullopt;
     }
   }
