@@ -1,11 +1,11 @@
 # cmake -P script: install into a fresh prefix (not the configured one), then run the installed
 # programs as a user would, with no LD_LIBRARY_PATH and no KBRL_WORKER_SCRIPT: they must find
 # libtorch and any carried library through their run paths, and kbrl-eval its installed worker.
-#   kbrl-eval --help, kbrl-train --help and keys (when built with torch), then kbrl-eval kernel on
-#   PROBLEM / KERNEL (a correct CPU candidate) whose JSON result must say correct; then the same
-#   with the installed worker replaced by one that fails with a marker, which must show in the
-#   result or the worker log it names: the evaluation ran the installed worker, not the source
-#   tree's.
+#   kbrl-eval --help and --version, kbrl-train --help, --version and keys (when built with torch),
+#   then kbrl-eval kernel on PROBLEM / KERNEL (a correct CPU candidate), whose JSON result must
+#   say correct; then the same with the installed worker replaced by one that fails with a
+#   marker, which must show in the result or the worker log it names: the evaluation ran the
+#   installed worker, not the source tree's.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
@@ -35,9 +35,13 @@ endif()
 
 step(${run} "${bin}/kbrl-eval" --help)
 expect("kernel" "kbrl-eval --help")
+step(${run} "${bin}/kbrl-eval" --version)
+expect("kbrl-eval ${KBRL_VERSION}" "kbrl-eval --version")
 if(WITH_TORCH)
   step(${run} "${bin}/kbrl-train" --help)
   expect("keys" "kbrl-train --help")
+  step(${run} "${bin}/kbrl-train" --version)
+  expect("kbrl-train ${KBRL_VERSION}" "kbrl-train --version")
   step(${run} "${bin}/kbrl-train" keys)
   expect("model.path" "kbrl-train keys")
 endif()
