@@ -33,6 +33,16 @@ if(NOT TARGET kbrl::yaml_cpp)
                       "library under .deps/yaml-cpp/{include,lib} (docs/building.md).")
 endif()
 
+# CLI11 parses the programs' command lines (header-only; the apps alone use it).
+include(${CMAKE_CURRENT_LIST_DIR}/KbrlFindCLI11.cmake)
+if(NOT TARGET kbrl::cli11)
+  message(FATAL_ERROR "kbrl: CLI11 not found; the programs' command lines need it. Install it with "
+                      "'apt-get install libcli11-dev' (or run scripts/deps.sh), or unpack its package under "
+                      ".deps/cli11 ('dpkg -x libcli11-dev_*.deb .deps/cli11') or -DKBRL_CLI11_ROOT=<prefix> "
+                      "(docs/building.md).")
+endif()
+message(STATUS "kbrl: CLI11 ${KBRL_CLI11_VERSION}")
+
 if(NOT KBRL_DEVICE MATCHES "^(cpu|cuda|hip)$")
   message(FATAL_ERROR "KBRL_DEVICE must be cpu, cuda or hip (got '${KBRL_DEVICE}')")
 endif()

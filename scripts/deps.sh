@@ -17,8 +17,8 @@ case "${ID}:${VERSION_ID}" in
   *) echo "deps.sh: ${PRETTY_NAME:-this OS} is not supported (Debian 12 or Ubuntu 24.04)" >&2; exit 1 ;;
 esac
 packages=(build-essential cmake ninja-build pkg-config git
-          "libboost${boost}-dev" "libboost-json${boost}-dev" "libboost-program-options${boost}-dev"
-          libfmt-dev catch2 bubblewrap libpcre2-dev libyaml-cpp-dev)
+          "libboost${boost}-dev" "libboost-json${boost}-dev"
+          libfmt-dev catch2 bubblewrap libpcre2-dev libyaml-cpp-dev libcli11-dev)
 
 if [[ "${KBRL_SKIP_APT:-0}" != 1 ]]; then
   missing=()

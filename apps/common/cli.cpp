@@ -1,98 +1,82 @@
 #include "cli.hpp"
 
-#include <charconv>
+#include <iostream>
+
+#include "kbrl/version.hpp"
 
 namespace kbrl::apps {
 
-Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& options, const std::set<std::string>& flags) {
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a.rfind("--", 0) != 0 || a == "--") {
-      positional_.push_back(a);
-      continue;
-    }
-    std::string name = a.substr(2);
-    std::optional<std::string> value;
-    if (const auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (flags.count(name) != 0) {
-      if (value) throw UsageError("--" + name + " takes no value");
-      values_.insert_or_assign(name, std::string(1, '1'));  // (a literal trips GCC 12's -Wrestrict)
-    } else if (options.count(name) != 0) {
-      if (!value) {
-        if (i + 1 >= argv.size()) throw UsageError("--" + name + " needs a value");
-        value = argv[++i];
-      }
-      values_[name] = *value;
-    } else {
-      throw UsageError("unknown option --" + name);
-    }
-  }
+std::string version_text(const std::string& program) {
+  std::string text = program + " " + KBRL_VERSION;
+  if (std::string(KBRL_GIT_DESCRIBE).size() > 0) text += std::string(" (git ") + KBRL_GIT_DESCRIBE + ")";
+  return text;
 }
 
-bool Args::has(const std::string& name) const { return values_.count(name) != 0; }
-
-std::string Args::get(const std::string& name, const std::string& fallback) const {
-  auto it = values_.find(name);
-  return it == values_.end() ? fallback : it->second;
-}
-
-std::optional<std::string> Args::optional(const std::string& name) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::string Args::required(const std::string& name) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) throw UsageError("--" + name + " is required");
-  return it->second;
-}
-
-long Args::get_int(const std::string& name, long fallback) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
-  long v = 0;
-  const auto& s = it->second;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) throw UsageError("--" + name + ": '" + s + "' is not an integer");
-  return v;
-}
-
-double Args::get_double(const std::string& name, double fallback) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
+int run_program(CLI::App& app, int argc, const char* const* argv, const std::function<int()>& body) {
   try {
-    std::size_t used = 0;
-    const double v = std::stod(it->second, &used);
-    if (used != it->second.size()) throw std::invalid_argument("trailing");
-    return v;
-  } catch (const std::exception&) {
-    throw UsageError("--" + name + ": '" + it->second + "' is not a number");
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints help and version to stdout and errors to stderr; its own codes for errors
+    // (106, 109, ...) all become the one usage code.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << "\nRun with --help for more information.\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << app.get_name() << ": " << e.what() << "\n";
+    return kExitError;
   }
 }
 
-std::vector<int> Args::get_int_list(const std::string& name) const {
-  std::vector<int> out;
-  auto it = values_.find(name);
-  if (it == values_.end()) return out;
-  std::string item;
-  const std::string s = it->second + ",";
-  for (char c : s) {
-    if (c != ',') {
-      item += c;
-      continue;
+namespace {
+
+bool is_list(eval::SettingType t) {
+  return t == eval::SettingType::integer_list || t == eval::SettingType::severity_map;
+}
+
+std::string group_title(const std::string& group) { return "Evaluator settings: " + group; }
+
+}  // namespace
+
+EvaluatorFlags::EvaluatorFlags(CLI::App& app, eval::SettingsProfile profile) : profile_(profile) {
+  const auto defaults = eval::default_evaluator_settings(profile);
+  for (const auto& setting : eval::evaluator_settings()) {
+    Slot& slot = slots_.emplace_back();
+    slot.setting = &setting;
+    std::string help = setting.help;
+    const auto value = setting.get(defaults);
+    if (!std::holds_alternative<std::monostate>(value) && !eval::setting_text(value).empty())
+      help += " [default: " + eval::setting_text(value) + "]";
+    const std::string name = "--" + setting.flag;
+    if (setting.type == eval::SettingType::boolean) {
+      slot.option = app.add_flag(name + ",!--no-" + setting.flag, slot.flag, help);
+    } else if (is_list(setting.type)) {
+      // One value per occurrence (comma-separated items allowed), so that a following argument is
+      // never taken as another item.
+      slot.option = app.add_option(name, slot.values, help)->delimiter(',')->allow_extra_args(false);
+    } else {
+      slot.option = app.add_option(name, slot.value, help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     }
-    int v = 0;
-    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || p != item.data() + item.size())
-      throw UsageError("--" + name + ": '" + it->second + "' is not a comma-separated list of integers");
-    out.push_back(v);
-    item.clear();
+    if (!setting.value_name().empty()) slot.option->type_name(setting.value_name());
+    slot.option->group(group_title(setting.group));
   }
-  return out;
+}
+
+eval::EvaluatorSettings EvaluatorFlags::settings() const {
+  auto settings = eval::default_evaluator_settings(profile_);
+  for (const auto& slot : slots_) {
+    if (slot.option->count() == 0) continue;
+    eval::SettingValue value;
+    if (slot.setting->type == eval::SettingType::boolean) value = std::string(slot.flag ? "true" : "false");
+    else if (is_list(slot.setting->type)) value = slot.values;
+    else value = slot.value;
+    if (const auto error = slot.setting->set(settings, value); !error.empty())
+      throw UsageError("--" + slot.setting->flag + ": " + error);
+  }
+  return settings;
 }
 
 }  // namespace kbrl::apps

@@ -1,41 +1,63 @@
-// A small command-line parser for the kbrl programs: "--name value", "--name=value" and
-// "--flag", with typed accessors that fail with one clear message naming the option. (The GPU
-// machines carry Boost's headers but not Boost.ProgramOptions' library, so the programs do not
-// depend on it.)
+// What kbrl-eval and kbrl-train share on the command line (CLI11): the exit codes, --version,
+// running a parsed command with every outcome mapped to its exit code, and the evaluator's
+// settings (kbrl/eval/settings.hpp) as flags, generated from the same table as kbrl-train's
+// `evaluator.*` keys.
 #pragma once
 
-#include <map>
-#include <optional>
-#include <set>
+#include <deque>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "kbrl/eval/settings.hpp"
+
 namespace kbrl::apps {
 
+// The exit codes of every kbrl program (README.md, "Exit codes").
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;          // a file is missing or malformed, or the work failed
+inline constexpr int kExitUsage = 2;          // the command line is wrong (unknown option, missing or bad value)
+inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT or SIGTERM (128 + SIGINT); what was done is kept
+
+// A command-line problem found after parsing (a flag's value out of range, say): exit code 2.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-class Args {
- public:
-  // `flags` take no value; every other option in `options` needs one. Anything else is an error.
-  Args(const std::vector<std::string>& argv, const std::set<std::string>& options, const std::set<std::string>& flags);
+// "kbrl-eval 0.1.0 (git 0ecbb67-dirty)": the project version, and `git describe` of the
+// checkout it was built from where there was one (kbrl/version.hpp).
+std::string version_text(const std::string& program);
 
-  bool has(const std::string& name) const;
-  bool flag(const std::string& name) const { return has(name); }
-  std::string get(const std::string& name, const std::string& fallback) const;
-  std::string required(const std::string& name) const;
-  std::optional<std::string> optional(const std::string& name) const;
-  long get_int(const std::string& name, long fallback) const;
-  double get_double(const std::string& name, double fallback) const;
-  std::vector<int> get_int_list(const std::string& name) const;  // "0,1,2"
-  const std::vector<std::string>& positional() const { return positional_; }
+// Parses the command line into `app`, then runs `body`; returns the exit code: 0 after --help or
+// --version; 2 for CLI11's parse errors and UsageError; 1 for any other exception (its message
+// on stderr); otherwise what `body` returns.
+int run_program(CLI::App& app, int argc, const char* const* argv, const std::function<int()>& body);
+
+// Every evaluator setting as a flag of `app` (a boolean as --x and --no-x), in option groups,
+// with `profile`'s defaults in the help.
+class EvaluatorFlags {
+ public:
+  EvaluatorFlags(CLI::App& app, eval::SettingsProfile profile);
+  EvaluatorFlags(const EvaluatorFlags&) = delete;
+  EvaluatorFlags& operator=(const EvaluatorFlags&) = delete;
+
+  // `profile`'s defaults with what the command line set; throws UsageError naming the flag.
+  eval::EvaluatorSettings settings() const;
 
  private:
-  std::map<std::string, std::string> values_;
-  std::vector<std::string> positional_;
+  struct Slot {
+    const eval::Setting* setting = nullptr;
+    CLI::Option* option = nullptr;
+    bool flag = false;                // booleans
+    std::string value;                // scalars
+    std::vector<std::string> values;  // lists and maps
+  };
+  eval::SettingsProfile profile_;
+  std::deque<Slot> slots_;  // CLI11 writes into the slots: their addresses must not move
 };
 
 }  // namespace kbrl::apps

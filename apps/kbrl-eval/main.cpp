@@ -2,7 +2,9 @@
 //   kbrl-eval generations --problems <root|dir|jsonl> --level L --run <dir> [options]
 //   kbrl-eval kernel --problem <file> --kernel <file> [options]
 //   kbrl-eval model --model <checkpoint> [--adapter <dir>] --problems ... --level L --samples K --run <dir>
+// `kbrl-eval <command> --help` lists every option; the evaluator's come from kbrl/eval/settings.hpp.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <csignal>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -19,12 +22,14 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/dataset/load.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
-#include "kbrl/check/static_check.hpp"
+#include "kbrl/eval/settings.hpp"
 #include "kbrl/eval/summary.hpp"
+#include "kbrl/log/jsonl.hpp"
 #include "kbrl/log/progress.hpp"
 #include "kbrl/log/tensorboard.hpp"
 #include "kbrl/prompt/answer_parser.hpp"
@@ -38,124 +43,32 @@ using namespace kbrl;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage:
-  kbrl-eval generations --problems PATH --level L --run DIR [options]
-      Evaluates every DIR/level_L_problem_P_sample_S_kernel.py against problem P of level L
-      (PATH: a KernelBench checkout, a folder of problems, or a JSONL file; a plain folder's
-      problems count as level L). Writes DIR/eval_results.json (KernelBench's layout),
-      DIR/eval_results.jsonl (every field, one line per candidate, written as results arrive)
-      and DIR/eval_summary.json. Already evaluated candidates are skipped; Ctrl-C keeps what
-      is done.
-  kbrl-eval kernel --problem FILE --kernel FILE [options]
-      Evaluates one candidate and prints the whole result.
-  kbrl-eval model --model DIR [--adapter DIR] --problems PATH --level L --samples K --run DIR [options]
-      Samples K answers per problem from a checkpoint (plus a PEFT adapter), writes them to DIR
-      as generations (DIR/generations.jsonl holds the raw answers), then evaluates them exactly
-      as `generations` does: same files, same summary (pass@k, fast_p, speedups). Resumes both
-      halves. --tensorboard RUN --step N also writes the summary into RUN/tb at step N.
-
-model options:
-  --max-tokens N             tokens per answer (default 2048)
-  --temperature T            (default 1.0; 0 is greedy)
-  --top-p P, --top-k K       (default off)
-  --sample-seed N            seeds the draws (default 0)
-  --chat-template NAME       auto (from the tokenizer), chatml, qwen2.5, qwen3, llama3, ...
-  --model-device D           auto, cpu, cuda, cuda:N (default auto)
-  --model-dtype D            auto, bf16, fp32 (default auto: bf16 on cuda)
-  --no-one-shot              leave the worked example out of the prompt
-
-options:
-  --device cpu|cuda|hip      where kernels run (default cpu)
-  --language L               cuda, triton, hip or cpp (default: cpp on cpu, cuda on cuda, hip on hip)
-  --precision P              fp32, fp16 or bf16 (default fp32)
-  --trials N                 correctness trials (default 5)
-  --timing-trials N          timed runs (default 100)
-  --warmup N                 warm-up runs before timing (default 5)
-  --no-timing                check correctness only
-  --no-input-families        skip the extra trials on transformed inputs (docs/evaluator.md)
-  --kernelbench-inputs       make inputs on the host and copy them, exactly as KernelBench does
-  --seed N                   fixed seed for inputs and weights (default: fresh per evaluation)
-  --gpus 0,1                 GPU indices, one run lane each (default 0)
-  --compile-workers N        parallel builds (default: one per core)
-  --compile-nice N           niceness of the compilers (default 10; 0: the evaluator's own)
-  --compile-timeout S        seconds (default 600)
-  --run-timeout S            seconds (default 300)
-  --sandbox auto|on|off      bubblewrap around the workers (default auto: where installed)
-  --static-config FILE       static-check severities, JSON {"severity": {"rule": "off|warning|error"}}
-  --no-static-check          skip the static checker (runtime defenses still apply)
-  --work-dir DIR             build cache, logs, baseline timings (default ~/.cache/kbrl)
-  --no-baseline-cache        time every reference again instead of reusing the work dir's timings
-  --no-compile-pch           compile the binding file without a precompiled torch/extension.h
-  --no-light-headers         compile CUDA sources against torch's full headers at once
-  --no-parallel-passes       run nvcc's host and device passes one after the other (as nvcc does)
-  --python PATH              interpreter with torch for the workers
-  --summary-json FILE        also write the summary here
-)";
-
-const std::set<std::string> kOptions = {"problems", "level", "run", "problem", "kernel", "device", "language",
-                                        "precision", "trials", "timing-trials", "warmup", "seed", "gpus",
-                                        "compile-workers", "compile-nice", "compile-timeout", "run-timeout", "sandbox",
-                                        "work-dir", "python", "summary-json", "static-config", "model",
-                                        "adapter", "samples", "max-tokens", "temperature", "top-p", "top-k",
-                                        "sample-seed", "chat-template", "model-device", "model-dtype",
-                                        "tensorboard", "step"};
-const std::set<std::string> kFlags = {"no-timing",          "no-static-check",    "no-input-families",
-                                      "kernelbench-inputs", "no-baseline-cache",  "no-compile-pch",
-                                      "no-light-headers",   "no-parallel-passes", "no-one-shot",
-                                      "help"};
-
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted = true; }
+extern "C" void on_interrupt(int) { g_interrupted = true; }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw core::InvalidArgument(fmt::format("cannot read {}", p.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// What every command asks of each request besides the evaluator settings.
+struct RequestOptions {
+  std::string language;  // empty: the device's usual one
+  std::string precision = "fp32";
+  std::string summary_json;  // also write the summary here
+};
+
+void add_request_options(CLI::App& cmd, RequestOptions& o) {
+  cmd.add_option("--language", o.language, "cuda, triton, hip or cpp [default: cpp on cpu, cuda on cuda, hip on hip]")
+      ->check(CLI::IsMember({"cuda", "triton", "hip", "cpp"}));
+  cmd.add_option("--precision", o.precision, "fp32, fp16 or bf16 [default: fp32]")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
 }
 
-eval::LocalEvaluatorConfig evaluator_config(const apps::Args& args) {
-  eval::LocalEvaluatorConfig c;
-  c.platform = core::parse_device_platform(args.get("device", "cpu"));
-  if (auto p = args.optional("python")) c.python = *p;
-  if (auto w = args.optional("work-dir")) c.work_dir = *w;
-  c.compile_workers = static_cast<int>(args.get_int("compile-workers", 0));
-  c.compile_nice = static_cast<int>(args.get_int("compile-nice", 10));
-  if (c.compile_nice < 0 || c.compile_nice > 19) throw apps::UsageError("--compile-nice must be 0 to 19");
-  c.devices = args.get_int_list("gpus");
-  c.static_checks = !args.flag("no-static-check");
-  c.baseline_cache = !args.flag("no-baseline-cache");
-  c.compile_pch = !args.flag("no-compile-pch");
-  c.compile_light_headers = !args.flag("no-light-headers");
-  c.compile_parallel_passes = !args.flag("no-parallel-passes");
-  if (auto f = args.optional("static-config")) c.static_check_severity = check::load_static_check_config(*f).severity;
-  const std::string sandbox = args.get("sandbox", "auto");
-  if (sandbox == "auto") c.sandbox = eval::SandboxMode::automatic;
-  else if (sandbox == "on") c.sandbox = eval::SandboxMode::on;
-  else if (sandbox == "off") c.sandbox = eval::SandboxMode::off;
-  else throw apps::UsageError("--sandbox must be auto, on or off");
-  return c;
-}
-
-core::EvalRequest base_request(const apps::Args& args, core::DevicePlatform platform) {
+core::EvalRequest base_request(const RequestOptions& o, const eval::EvaluatorSettings& settings) {
   core::EvalRequest r;
+  const auto platform = settings.local.platform;
   const std::string default_language = platform == core::DevicePlatform::cpu    ? "cpp"
                                        : platform == core::DevicePlatform::cuda ? "cuda"
                                                                                 : "hip";
-  r.language = core::parse_kernel_language(args.get("language", default_language));
-  r.precision = core::parse_precision(args.get("precision", "fp32"));
-  r.options.correctness_trials = static_cast<int>(args.get_int("trials", 5));
-  r.options.timing_trials = static_cast<int>(args.get_int("timing-trials", 100));
-  r.options.warmup_runs = static_cast<int>(args.get_int("warmup", 5));
-  r.options.measure_performance = !args.flag("no-timing");
-  r.options.input_families = !args.flag("no-input-families");
-  r.options.kernelbench_inputs = args.flag("kernelbench-inputs");
-  if (args.has("seed")) r.options.seed = static_cast<std::uint64_t>(args.get_int("seed", 0));
-  r.options.compile_timeout_s = args.get_double("compile-timeout", 600);
-  r.options.run_timeout_s = args.get_double("run-timeout", 300);
-  if (r.options.correctness_trials < 1) throw apps::UsageError("--trials must be at least 1");
-  if (r.options.timing_trials < 1) throw apps::UsageError("--timing-trials must be at least 1");
+  r.language = core::parse_kernel_language(o.language.empty() ? default_language : o.language);
+  r.precision = core::parse_precision(o.precision);
+  r.options = settings.options;
   return r;
 }
 
@@ -175,11 +88,11 @@ std::string verdict(const core::EvalResult& r) {
   return fmt::format("{}: {}", core::to_string(r.error_category), r.error_message.substr(0, r.error_message.find('\n')));
 }
 
-void write_summary(const eval::EvalSummary& s, const apps::Args& args, const fs::path& default_path) {
+void write_summary(const eval::EvalSummary& s, const std::string& extra_path, const fs::path& default_path) {
   const std::string text = json::serialize(eval::to_json_value(s));
   std::vector<fs::path> paths;
   if (!default_path.empty()) paths.push_back(default_path);
-  if (auto p = args.optional("summary-json")) paths.emplace_back(*p);
+  if (!extra_path.empty()) paths.emplace_back(extra_path);
   for (const auto& p : paths) {
     std::ofstream out(p, std::ios::trunc);
     out << text << "\n";
@@ -187,22 +100,31 @@ void write_summary(const eval::EvalSummary& s, const apps::Args& args, const fs:
   }
 }
 
-int cmd_kernel(const apps::Args& args) {
-  const fs::path problem_path = args.required("problem");
-  const fs::path kernel_path = args.required("kernel");
-  const core::Problem p = dataset::load_problem_file(problem_path);
-  auto config = evaluator_config(args);
-  core::EvalRequest r = base_request(args, config.platform);
-  r.request_id = kernel_path.filename().string();
+struct KernelCommand {
+  std::string problem, kernel;
+  RequestOptions request;
+};
+
+int cmd_kernel(const KernelCommand& k, const eval::EvaluatorSettings& settings) {
+  const core::Problem p = dataset::load_problem_file(k.problem);
+  core::EvalRequest r = base_request(k.request, settings);
+  r.request_id = fs::path(k.kernel).filename().string();
   r.problem = p;
-  r.candidate_source = candidate_program(read_text(kernel_path));
-  eval::LocalEvaluator evaluator(config);
+  r.candidate_source = candidate_program(core::read_file(k.kernel));
+  eval::LocalEvaluator evaluator(eval::local_evaluator_config(settings));
   const core::EvalResult result = evaluator.evaluate({r})[0];
   json::value v = json::value_from(result);
   std::cout << json::serialize(v) << "\n";
   std::cerr << verdict(result) << "\n";
-  return 0;
+  return apps::kExitOk;
 }
+
+struct GenerationsCommand {
+  std::string problems;
+  int level = 0;
+  std::string run;
+  RequestOptions request;
+};
 
 struct Candidate {
   int problem = 0;
@@ -210,11 +132,13 @@ struct Candidate {
   fs::path path;
 };
 
-int cmd_generations(const apps::Args& args) {
-  const fs::path problems_path = args.required("problems");
-  const int level = static_cast<int>(args.get_int("level", -1));
-  if (level < 0) throw apps::UsageError("--level is required");
-  const fs::path run_dir = args.required("run");
+int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& settings) {
+  // First, so that an interrupt at any point ends in the files of what is done and exit code 130.
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  const fs::path problems_path = g.problems;
+  const int level = g.level;
+  const fs::path run_dir = g.run;
   if (!fs::is_directory(run_dir)) throw core::InvalidArgument(fmt::format("--run: {} is not a directory", run_dir.string()));
 
   std::map<int, core::Problem> by_number;
@@ -234,25 +158,22 @@ int cmd_generations(const apps::Args& args) {
   if (candidates.empty())
     throw core::InvalidArgument(fmt::format("no level_{}_problem_P_sample_S_kernel.py files in {}", level, run_dir.string()));
 
-  // Resume: what eval_results.jsonl already holds is not evaluated again.
+  // Resume: what eval_results.jsonl already holds is not evaluated again. A line torn by a kill
+  // is not read (and is cut off when the writer below opens the file): that candidate is
+  // evaluated again.
   const fs::path jsonl_path = run_dir / "eval_results.jsonl";
   std::map<std::pair<int, int>, core::EvalResult> done;
-  if (fs::exists(jsonl_path)) {
-    std::istringstream lines(read_text(jsonl_path));
-    std::string line;
-    while (std::getline(lines, line)) {
-      try {
-        const auto o = core::parse_json(line).as_object();
-        done[{static_cast<int>(o.at("problem").to_number<int>()), static_cast<int>(o.at("sample").to_number<int>())}] =
-            json::value_to<core::EvalResult>(o.at("result"));
-      } catch (const std::exception&) {
-        // a line torn by a kill: that candidate is evaluated again
-      }
+  for (const auto& o : log::read_jsonl(jsonl_path)) {
+    try {
+      done[{static_cast<int>(o.at("problem").to_number<int>()), static_cast<int>(o.at("sample").to_number<int>())}] =
+          json::value_to<core::EvalResult>(o.at("result"));
+    } catch (const std::exception&) {
+      // an object that is not a result line of ours: its candidate, if any, is evaluated again
     }
   }
 
-  auto config = evaluator_config(args);
-  const core::EvalRequest base = base_request(args, config.platform);
+  const eval::LocalEvaluatorConfig config = eval::local_evaluator_config(settings);
+  const core::EvalRequest base = base_request(g.request, settings);
   std::vector<Candidate> todo;
   std::set<int> missing;
   for (const auto& c : candidates) {
@@ -268,10 +189,7 @@ int cmd_generations(const apps::Args& args) {
                              problems_path.string());
   std::cerr << fmt::format("{} candidates, {} already evaluated, {} to go\n", candidates.size(), done.size(), todo.size());
 
-  std::ofstream jsonl(jsonl_path, std::ios::app);
-  if (!jsonl) throw core::Error(fmt::format("cannot write {}", jsonl_path.string()));
-  std::signal(SIGINT, on_sigint);
-  std::signal(SIGTERM, on_sigint);
+  log::JsonlWriter jsonl(jsonl_path);
   {
     eval::LocalEvaluator evaluator(config);
     std::vector<std::pair<Candidate, std::future<core::EvalResult>>> pending;
@@ -279,7 +197,7 @@ int cmd_generations(const apps::Args& args) {
       core::EvalRequest r = base;
       r.request_id = fmt::format("level_{}_problem_{}_sample_{}", level, c.problem, c.sample);
       r.problem = by_number.at(c.problem);
-      r.candidate_source = candidate_program(read_text(c.path));
+      r.candidate_source = candidate_program(core::read_file(c.path));
       pending.emplace_back(c, evaluator.submit(std::move(r)));
     }
     log::Progress progress("evaluating", static_cast<long>(pending.size()));
@@ -293,15 +211,16 @@ int cmd_generations(const apps::Args& args) {
         }
         const core::EvalResult r = it->second.get();
         correct += r.correct;
-        const std::string line = json::serialize(json::object{{"problem", it->first.problem},
-                                                              {"sample", it->first.sample},
-                                                              {"file", it->first.path.filename().string()},
-                                                              {"result", json::value_from(r)}});
-        jsonl << line << std::endl;
+        const json::object line{{"problem", it->first.problem},
+                                {"sample", it->first.sample},
+                                {"file", it->first.path.filename().string()},
+                                {"result", json::value_from(r)}};
+        jsonl.write(line);
+        jsonl.flush();
         // Kept as a resumed run will read it back (Boost.JSON may parse a double an ulp off), so
         // that the summary and eval_results.json do not depend on whether the run was resumed.
         done[{it->first.problem, it->first.sample}] =
-            json::value_to<core::EvalResult>(core::parse_json(line).as_object().at("result"));
+            json::value_to<core::EvalResult>(core::parse_json(json::serialize(line.at("result"))));
         it = pending.erase(it);
         any = true;
         progress.advance(1, fmt::format("{} correct", correct));
@@ -328,91 +247,153 @@ int cmd_generations(const apps::Args& args) {
     out << json::serialize(kb) << "\n";
   }
   const auto summary = eval::summarize(all);
-  write_summary(summary, args, run_dir / "eval_summary.json");
+  write_summary(summary, g.request.summary_json, run_dir / "eval_summary.json");
   std::cout << eval::format_summary(summary);
-  return g_interrupted ? 130 : 0;
+  return g_interrupted ? apps::kExitInterrupted : apps::kExitOk;
 }
 
-int cmd_model(const apps::Args& args) {
+struct ModelCommand {
+  GenerationsCommand generations;
+  std::string model, adapter;
+  int samples = 1;
+  std::int64_t max_tokens = 2048;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  std::int64_t top_k = 0;
+  std::uint64_t sample_seed = 0;
+  std::string chat_template = "auto", model_device = "auto", model_dtype = "auto";
+  bool no_one_shot = false;
+  std::string tensorboard;
+  std::int64_t step = -1;
+};
+
+int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
 #ifdef KBRL_EVAL_HAS_MODEL
-  const fs::path problems_path = args.required("problems");
-  const int level = static_cast<int>(args.get_int("level", -1));
-  if (level < 0) throw apps::UsageError("--level is required");
-  const fs::path run_dir = args.required("run");
+  const GenerationsCommand& g = m.generations;
+  const fs::path run_dir = g.run;
   fs::create_directories(run_dir);
   std::vector<core::Problem> problems;
-  for (auto& p : dataset::load_problems(problems_path))
-    if (p.level == level || p.level == 0) problems.push_back(std::move(p));
+  for (auto& p : dataset::load_problems(g.problems))
+    if (p.level == g.level || p.level == 0) problems.push_back(std::move(p));
   if (problems.empty())
-    throw core::InvalidArgument(fmt::format("no problems of level {} in {}", level, problems_path.string()));
+    throw core::InvalidArgument(fmt::format("no problems of level {} in {}", g.level, g.problems));
   apps::ModelSamplingOptions o;
-  o.model = args.required("model");
-  if (auto a = args.optional("adapter")) o.adapter = *a;
-  o.samples = static_cast<int>(args.get_int("samples", 1));
-  o.max_tokens = args.get_int("max-tokens", 2048);
-  o.temperature = args.get_double("temperature", 1.0);
-  o.top_p = args.get_double("top-p", 1.0);
-  o.top_k = args.get_int("top-k", 0);
-  o.seed = static_cast<std::uint64_t>(args.get_int("sample-seed", 0));
-  o.chat_template = args.get("chat-template", "auto");
-  o.device = args.get("model-device", "auto");
-  o.dtype = args.get("model-dtype", "auto");
-  const auto platform = core::parse_device_platform(args.get("device", "cpu"));
-  const core::EvalRequest base = base_request(args, platform);
+  o.model = m.model;
+  o.adapter = m.adapter;
+  o.samples = m.samples;
+  o.max_tokens = m.max_tokens;
+  o.temperature = m.temperature;
+  o.top_p = m.top_p;
+  o.top_k = m.top_k;
+  o.seed = m.sample_seed;
+  o.chat_template = m.chat_template;
+  o.device = m.model_device;
+  o.dtype = m.model_dtype;
+  const core::EvalRequest base = base_request(g.request, settings);
   o.prompt.language = base.language;
   o.prompt.precision = base.precision;
-  o.prompt.one_shot = !args.flag("no-one-shot");
-  const int written = apps::sample_generations(problems, level, run_dir, o);
+  o.prompt.one_shot = !m.no_one_shot;
+  const int written = apps::sample_generations(problems, g.level, run_dir, o);
   std::cerr << fmt::format("{} answers sampled into {}\n", written, run_dir.string());
-  const int rc = cmd_generations(args);
-  if (auto tb_run = args.optional("tensorboard")) {
-    const long step = args.get_int("step", -1);
-    if (step < 0) throw apps::UsageError("--tensorboard needs --step");
-    const auto summary = core::parse_json(read_text(run_dir / "eval_summary.json")).as_object();
-    log::TensorBoardWriter tb(fs::path(*tb_run) / "tb");
+  const int rc = cmd_generations(g, settings);
+  if (!m.tensorboard.empty()) {
+    const auto summary = core::parse_json(core::read_file(run_dir / "eval_summary.json")).as_object();
+    log::TensorBoardWriter tb(fs::path(m.tensorboard) / "tb");
     for (const auto& [key, value] : summary) {
-      if (value.is_number()) tb.add_scalar(fmt::format("eval/{}", std::string(key)), value.to_number<double>(), step);
+      if (value.is_number()) tb.add_scalar(fmt::format("eval/{}", std::string(key)), value.to_number<double>(), m.step);
       if (value.is_object())
         for (const auto& [sub, v] : value.as_object())
           if (v.is_number())
-            tb.add_scalar(fmt::format("eval/{}/{}", std::string(key), std::string(sub)), v.to_number<double>(), step);
+            tb.add_scalar(fmt::format("eval/{}/{}", std::string(key), std::string(sub)), v.to_number<double>(), m.step);
     }
     tb.flush();
-    std::cerr << fmt::format("summary written to {} at step {}\n", (fs::path(*tb_run) / "tb").string(), step);
+    std::cerr << fmt::format("summary written to {} at step {}\n", (fs::path(m.tensorboard) / "tb").string(), m.step);
   }
   return rc;
 #else
-  (void)args;
+  (void)m;
+  (void)settings;
   throw core::Error("kbrl-eval model needs libtorch: this kbrl-eval was built without it (KBRL_WITH_TORCH=OFF)");
 #endif
+}
+
+void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
+  cmd.add_option("--problems", g.problems, "a KernelBench checkout, a folder of problems or a JSONL file")
+      ->required()
+      ->type_name("PATH");
+  cmd.add_option("--level", g.level, "KernelBench level (a plain folder's problems count as this level)")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--run", g.run, "the folder of generations and results")->required()->type_name("DIR");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> rest(argv + 1, argv + argc);
-  if (rest.empty() || rest[0] == "--help" || rest[0] == "-h" || rest[0] == "help") {
-    std::cout << kUsage;
-    return rest.empty() ? 2 : 0;
+  CLI::App app("Evaluates kernel candidates against KernelBench-format problems (docs/evaluator.md).", "kbrl-eval");
+  app.set_version_flag("--version", apps::version_text("kbrl-eval"));
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 done, 1 error (a missing or malformed file, a failed evaluator), 2 usage, "
+             "130 interrupted (what finished is kept; run again to resume).");
+
+  GenerationsCommand generations;
+  auto* gen = app.add_subcommand(
+      "generations",
+      "Evaluates every RUN/level_L_problem_P_sample_S_kernel.py against problem P of level L. Writes "
+      "RUN/eval_results.json (KernelBench's layout), RUN/eval_results.jsonl (every field, one line per candidate, "
+      "written as results arrive) and RUN/eval_summary.json. Already evaluated candidates are skipped; Ctrl-C "
+      "keeps what is done (exit code 130).");
+  add_problem_options(*gen, generations);
+  add_request_options(*gen, generations.request);
+  gen->add_option("--summary-json", generations.request.summary_json, "also write the summary here")->type_name("FILE");
+  apps::EvaluatorFlags gen_flags(*gen, eval::SettingsProfile::evaluation);
+
+  KernelCommand kernel;
+  auto* ker = app.add_subcommand("kernel", "Evaluates one candidate and prints the whole result as JSON.");
+  ker->add_option("--problem", kernel.problem, "the reference program (KernelBench format)")->required()->type_name("FILE");
+  ker->add_option("--kernel", kernel.kernel, "the candidate (a program defining ModelNew, or a model's answer)")
+      ->required()
+      ->type_name("FILE");
+  add_request_options(*ker, kernel.request);
+  apps::EvaluatorFlags ker_flags(*ker, eval::SettingsProfile::evaluation);
+
+  ModelCommand model;
+  auto* mod = app.add_subcommand(
+      "model",
+      "Samples --samples answers per problem from a checkpoint (plus a PEFT adapter), writes them to RUN as "
+      "generations (RUN/generations.jsonl holds the raw answers), then evaluates them exactly as `generations` "
+      "does. Resumes both halves.");
+  mod->add_option("--model", model.model, "Hugging Face checkpoint folder")->required()->type_name("DIR");
+  mod->add_option("--adapter", model.adapter, "PEFT adapter folder")->type_name("DIR");
+  add_problem_options(*mod, model.generations);
+  add_request_options(*mod, model.generations.request);
+  mod->add_option("--summary-json", model.generations.request.summary_json, "also write the summary here")
+      ->type_name("FILE");
+  mod->add_option("--samples", model.samples, "answers per problem [default: 1]")->check(CLI::PositiveNumber);
+  mod->add_option("--max-tokens", model.max_tokens, "tokens per answer [default: 2048]")->check(CLI::PositiveNumber);
+  mod->add_option("--temperature", model.temperature, "0 is greedy [default: 1.0]")->check(CLI::NonNegativeNumber);
+  mod->add_option("--top-p", model.top_p, "nucleus sampling [default: 1.0, off]")->check(CLI::Range(0.0, 1.0));
+  mod->add_option("--top-k", model.top_k, "top-k sampling [default: 0, off]")->check(CLI::NonNegativeNumber);
+  mod->add_option("--sample-seed", model.sample_seed, "seeds the draws [default: 0]");
+  mod->add_option("--chat-template", model.chat_template,
+                  "auto (from the tokenizer), chatml, qwen2.5, qwen3, llama3, ... [default: auto]");
+  mod->add_option("--model-device", model.model_device, "auto, cpu, cuda, cuda:N [default: auto]");
+  mod->add_option("--model-dtype", model.model_dtype, "auto (bf16 on cuda), bf16, fp32 [default: auto]")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
+  mod->add_flag("--no-one-shot", model.no_one_shot, "leave the worked example out of the prompt");
+  auto* step = mod->add_option("--step", model.step, "the TensorBoard step of --tensorboard")->check(CLI::NonNegativeNumber);
+  mod->add_option("--tensorboard", model.tensorboard, "also write the summary into RUN/tb of this run directory")
+      ->type_name("RUN")
+      ->needs(step);
+  apps::EvaluatorFlags mod_flags(*mod, eval::SettingsProfile::evaluation);
+
+  if (argc < 2) {
+    std::cerr << app.help();
+    return apps::kExitUsage;
   }
-  const std::string command = rest[0];
-  rest.erase(rest.begin());
-  try {
-    const apps::Args args(rest, kOptions, kFlags);
-    if (args.flag("help")) {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (!args.positional().empty()) throw apps::UsageError("unexpected argument '" + args.positional()[0] + "'");
-    if (command == "generations") return cmd_generations(args);
-    if (command == "kernel") return cmd_kernel(args);
-    if (command == "model") return cmd_model(args);
-    throw apps::UsageError("unknown command '" + command + "' (generations, kernel, model)");
-  } catch (const apps::UsageError& e) {
-    std::cerr << "kbrl-eval: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "kbrl-eval: " << e.what() << "\n";
-    return 1;
-  }
+  return apps::run_program(app, argc, argv, [&] {
+    if (gen->parsed()) return cmd_generations(generations, gen_flags.settings());
+    if (ker->parsed()) return cmd_kernel(kernel, ker_flags.settings());
+    return cmd_model(model, mod_flags.settings());
+  });
 }

@@ -1,102 +1,128 @@
 // kbrl-train: GRPO training of a policy that writes kernels (kbrl::train::run_rl_loop), and the
 // management of its runs.
-//   kbrl-train [config.yaml] [key=value ...]     train, or resume the run in log_path
-//   kbrl-train runs <dir>                        every run under <dir>: state, step, last reward
-//   kbrl-train status <run dir>                  one run
-//   kbrl-train keys                              the configuration keys (docs/configs.md)
+//   kbrl-train [train] [config.yaml] [key=value ...]   train, or resume the run in log_path
+//   kbrl-train runs <dir>                              every run under <dir>: state, step, last reward
+//   kbrl-train status <run dir>                        one run
+//   kbrl-train keys                                    the configuration keys (docs/configs.md)
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
 
+#include "cli.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/run_dir.hpp"
 #include "kbrl/train/torch/rl_loop.hpp"
 #include "kbrl/train/run_config.hpp"
 
 namespace fs = std::filesystem;
+using namespace kbrl;
 
 namespace {
 
 std::atomic<bool> g_stop{false};
 
 void on_signal(int) {
-  if (g_stop.exchange(true)) ::_exit(130);  // a second Ctrl-C: now
+  if (g_stop.exchange(true)) ::_exit(apps::kExitInterrupted);  // a second Ctrl-C: now
   static const char msg[] = "\nkbrl-train: stopping after the step in flight (its checkpoint is saved); again to quit now\n";
   [[maybe_unused]] const auto n = ::write(2, msg, sizeof msg - 1);
 }
 
-constexpr const char* kUsage = R"(usage:
-  kbrl-train [config.yaml] [key=value ...]   train (or resume the run already in log_path)
-  kbrl-train runs <dir>                      list the runs under <dir>
-  kbrl-train status <run dir>                show one run
-  kbrl-train keys                            every configuration key with its default (markdown)
-  kbrl-train --help
-
-Keys are dotted paths into the configuration (docs/configs.md lists every key and its default):
-  kbrl-train examples/configs/single_turn.yaml model.path=/models/qwen2.5-coder-1.5b \
-      dataset.batch_size=8 reward.preset=stage2 log_path=runs/x
-Run it again with the same log_path to resume at the next batch; Ctrl-C stops after the step in
-flight and saves its checkpoint.
-)";
-
-int train(const std::vector<std::string>& args) {
+// Splits the arguments of a training run into its config file (at most one) and key=value
+// overrides.
+int run_training(const std::vector<std::string>& args) {
   std::optional<fs::path> yaml;
   std::vector<std::string> overrides;
   for (const auto& a : args) {
     if (a.find('=') != std::string::npos) overrides.push_back(a);
     else if (!yaml) yaml = a;
-    else throw kbrl::core::InvalidArgument("more than one config file given ('" + yaml->string() + "', '" + a +
-                                           "'); overrides are key=value");
+    else throw apps::UsageError("more than one config file given ('" + yaml->string() + "', '" + a +
+                                "'); overrides are key=value");
   }
-  kbrl::train::RunConfig config = kbrl::train::load_run_config(yaml, overrides);
-  // Resuming without the file: the run's own resolved config, then the command line's overrides.
-  if (!yaml && !config.log_path.empty() && fs::exists(fs::path(config.log_path) / "config.yaml"))
-    config = kbrl::train::load_run_config(fs::path(config.log_path) / "config.yaml", overrides);
+  if (!yaml && std::none_of(overrides.begin(), overrides.end(), [](const std::string& o) { return o.rfind("log_path=", 0) == 0; }))
+    throw apps::UsageError("give a config file or log_path=<run dir> (to resume a run from its own config.yaml)");
+  train::RunConfig config;
+  try {
+    config = train::load_run_config(yaml, overrides);
+    // Resuming without the file: the run's own resolved config, then the command line's overrides.
+    if (!yaml && !config.log_path.empty() && fs::exists(fs::path(config.log_path) / "config.yaml"))
+      config = train::load_run_config(fs::path(config.log_path) / "config.yaml", overrides);
+  } catch (const core::ConfigError& e) {
+    // An override is part of the command line: its errors are usage errors; a file's are not.
+    if (e.where().rfind("override ", 0) == 0) throw apps::UsageError(e.what());
+    throw;
+  }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  kbrl::train::RlLoopOptions options;
+  train::RlLoopOptions options;
   options.stop = &g_stop;
-  const auto result = kbrl::train::run_rl_loop(config, options);
+  const auto result = train::run_rl_loop(config, options);
   std::cerr << "kbrl-train: " << result.steps_done << "/" << result.total_steps << " steps in " << config.log_path
-            << (result.stopped ? " (stopped)" : "") << "\n";
-  return 0;
+            << (result.stopped ? " (stopped; run again to resume)" : "") << "\n";
+  // Stopped early by a signal: the last step's checkpoint is saved, but the run is not done.
+  return result.stopped ? apps::kExitInterrupted : apps::kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  try {
-    if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (!args.empty() && args[0] == "runs") {
-      if (args.size() != 2) throw kbrl::core::InvalidArgument("usage: kbrl-train runs <dir>");
-      std::cout << kbrl::log::format_run_table(kbrl::log::list_runs(args[1]));
-      return 0;
-    }
-    if (!args.empty() && args[0] == "keys") {
-      std::cout << kbrl::train::config_reference_markdown();
-      return 0;
-    }
-    if (!args.empty() && args[0] == "status") {
-      if (args.size() != 2) throw kbrl::core::InvalidArgument("usage: kbrl-train status <run dir>");
-      std::cout << kbrl::log::format_run_status(kbrl::log::read_run_status(args[1]));
-      return 0;
-    }
-    if (args.empty()) {
-      std::cerr << kUsage;
-      return 2;
-    }
-    return train(args);
-  } catch (const std::exception& e) {
-    std::cerr << "kbrl-train: " << e.what() << "\n";
-    return 1;
+  CLI::App app("GRPO training of a policy that writes kernels, and the management of its runs.", "kbrl-train");
+  app.set_version_flag("--version", apps::version_text("kbrl-train"));
+  app.require_subcommand(0, 1);
+  app.footer(
+      "Keys are dotted paths into the configuration (docs/configs.md lists every key and its default):\n"
+      "  kbrl-train examples/configs/single_turn.yaml model.path=/models/qwen2.5-coder-1.5b \\\n"
+      "      dataset.batch_size=8 reward.preset=stage2 log_path=runs/x\n"
+      "Run it again with the same log_path to resume at the next batch; Ctrl-C (or SIGTERM) stops after the\n"
+      "step in flight and saves its checkpoint.\n"
+      "Exit codes: 0 done, 1 error (a missing or malformed file, a failed run), 2 usage (an unknown option,\n"
+      "a missing argument, a bad key=value override), 130 stopped by Ctrl-C or SIGTERM (checkpoint saved).");
+
+  const char* train_args_help = "a YAML config file (at most one) and key=value overrides, applied in order";
+  std::vector<std::string> top_args;
+  app.add_option("args", top_args, train_args_help)->type_name("[CONFIG.yaml] [KEY=VALUE ...]");
+
+  std::vector<std::string> train_args;
+  auto* train_cmd = app.add_subcommand(
+      "train", "Trains (or resumes the run already in log_path); the default command: `kbrl-train CONFIG.yaml ...`.");
+  train_cmd->add_option("args", train_args, train_args_help)->type_name("[CONFIG.yaml] [KEY=VALUE ...]");
+  train_cmd->footer("`kbrl-train keys` lists every key; docs/configs.md explains them.");
+
+  std::string runs_dir;
+  auto* runs_cmd = app.add_subcommand("runs", "Lists the runs under a folder: state, step, last reward.");
+  runs_cmd->add_option("dir", runs_dir, "the folder the runs are in")->required();
+
+  std::string status_dir;
+  auto* status_cmd = app.add_subcommand("status", "Shows one run.");
+  status_cmd->add_option("run", status_dir, "the run directory (a log_path)")->required();
+
+  auto* keys_cmd = app.add_subcommand("keys", "Every configuration key with its default (markdown).");
+
+  if (argc < 2) {
+    std::cerr << app.help();
+    return apps::kExitUsage;
   }
+  return apps::run_program(app, argc, argv, [&] {
+    if (!top_args.empty() && app.get_subcommands().size() == 1)
+      throw apps::UsageError("'" + top_args[0] + "' before the command " + app.get_subcommands()[0]->get_name());
+    if (runs_cmd->parsed()) {
+      std::cout << log::format_run_table(log::list_runs(runs_dir));
+      return apps::kExitOk;
+    }
+    if (status_cmd->parsed()) {
+      std::cout << log::format_run_status(log::read_run_status(status_dir));
+      return apps::kExitOk;
+    }
+    if (keys_cmd->parsed()) {
+      std::cout << train::config_reference_markdown();
+      return apps::kExitOk;
+    }
+    return run_training(train_cmd->parsed() ? train_args : top_args);
+  });
 }

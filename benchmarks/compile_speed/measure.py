@@ -101,15 +101,18 @@ class ModelNew(nn.Module):
         return ext.add_one(x)
 '''
 
+# A compile job's fast_build settings (every field: the worker has no defaults), less "dir".
 SETTINGS = {
-    "plain": {"pch": False, "light_headers": False},
-    "pch": {"pch": True, "light_headers": False},
-    "light": {"pch": False, "light_headers": True},
-    "both": {"pch": True, "light_headers": True},
-    "all": {"pch": True, "light_headers": True, "parallel_passes": True},
+    "plain": {"pch": False, "light_headers": False, "parallel_passes": False, "binding_early": True},
+    "pch": {"pch": True, "light_headers": False, "parallel_passes": False, "binding_early": True},
+    "light": {"pch": False, "light_headers": True, "parallel_passes": False, "binding_early": True},
+    "both": {"pch": True, "light_headers": True, "parallel_passes": False, "binding_early": True},
+    "all": {"pch": True, "light_headers": True, "parallel_passes": True, "binding_early": True},
     # all, with the binding file compiled after nvcc's front ends, as a busy evaluator does
     "all-late": {"pch": True, "light_headers": True, "parallel_passes": True, "binding_early": False},
 }
+# No limits and the evaluator's own niceness: the build alone is measured.
+NO_LIMITS = {"file_size_bytes": 0, "address_space_bytes": 0, "processes": 0, "nice": 0}
 
 
 STEPS_SITECUSTOMIZE = '''
@@ -150,6 +153,7 @@ class Worker:
         if ready.get("event") != "ready":
             raise RuntimeError("worker did not start: {}".format(ready))
         self.torch = ready.get("torch")
+        self.protocol = ready.get("protocol")  # the jobs speak the worker's version
 
     def children_cpu_s(self):
         """CPU seconds of the worker's finished children (its forked builds and their compilers):
@@ -167,7 +171,7 @@ class Worker:
         return json.loads(line)
 
     def close(self):
-        with_suppress(lambda: self.call_nowait({"op": "shutdown"}))
+        with_suppress(lambda: self.call_nowait({"protocol": self.protocol, "op": "shutdown"}))
         self.proc.wait(timeout=60)
 
     def call_nowait(self, job):
@@ -289,8 +293,9 @@ def compile_once(worker, text, language, setting, build_dir, cache, failing=Fals
     candidate = os.path.join(build_dir, "candidate.py")
     with open(candidate, "w") as f:
         f.write(text)
-    job = {"op": "compile", "job_id": os.path.basename(build_dir), "candidate_path": candidate, "build_dir": build_dir,
-           "language": language, "log_path": os.path.join(build_dir, "compile.log"), "timeout_s": 1800,
+    job = {"protocol": worker.protocol, "op": "compile", "job_id": os.path.basename(build_dir),
+           "candidate_path": candidate, "build_dir": build_dir, "language": language,
+           "log_path": os.path.join(build_dir, "compile.log"), "timeout_s": 1800, "limits": NO_LIMITS,
            "fast_build": dict(SETTINGS[setting], dir=cache)}
     cpu0 = worker.children_cpu_s()
     reply = worker.call(job)

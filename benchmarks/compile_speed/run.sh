@@ -2,7 +2,7 @@
 # Compile time of a trivial elementwise candidate, CUDA and CPU (cpp), with each compile
 # acceleration on and off (docs/evaluator.md, "Compile speed"). From anywhere:
 #
-#   bash benchmarks/compile_speed/run.sh [measure.py options]
+# usage: bash benchmarks/compile_speed/run.sh [measure.py options (measure.py --help)]
 #
 # Needs python3 with torch (KBRL_PYTHON picks another interpreter), ninja and g++, and nvcc for
 # the CUDA candidate (no GPU: only the compile stage runs). Builds run as the evaluator's compile
@@ -16,6 +16,10 @@
 #   run.sh --languages cuda --settings pch,light
 #   run.sh --languages cpp
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
+  exit 0
+fi
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 python="${KBRL_PYTHON:-python3}"
 languages=cuda,cpp

@@ -3,11 +3,15 @@
 # on the host and copied, as KernelBench does (`--kernelbench-inputs`): the same candidates, the
 # same builds, the same settings, one after the other in one run on one GPU machine.
 #
-#   bash benchmarks/eval_inputs/run.sh <KernelBench checkout> <out dir> [problem numbers...]
+# usage: bash benchmarks/eval_inputs/run.sh <KernelBench checkout> <out dir> [problem numbers...]
 #
 # Candidates: our CUDA kernels in tests/gpu/kernelbench_l1 (default: four problems, heavy and
 # light). Writes <out>/results.md and the two runs' eval_results.jsonl. Needs the cuda preset.
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
+  exit 0
+fi
 kb="${1:?KernelBench checkout}"
 out="${2:?out dir}"
 shift 2

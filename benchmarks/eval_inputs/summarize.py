@@ -3,9 +3,9 @@
 
 usage: summarize.py DEVICE.jsonl HOST.jsonl [gpu.txt]
 """
+import argparse
 import json
 import statistics
-import sys
 
 STAGES = ("reference", "load", "correctness", "timing")
 
@@ -32,8 +32,13 @@ def verdict(r):
 
 
 def main():
-    device, host = load(sys.argv[1]), load(sys.argv[2])
-    gpu = open(sys.argv[3]).read().strip() if len(sys.argv) > 3 else "?"
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("device", metavar="DEVICE.jsonl", help="eval_results.jsonl of the run with inputs made on the GPU")
+    ap.add_argument("host", metavar="HOST.jsonl", help="eval_results.jsonl of the run with --kernelbench-inputs")
+    ap.add_argument("gpu", metavar="gpu.txt", nargs="?", help="nvidia-smi's name line for the GPU")
+    args = ap.parse_args()
+    device, host = load(args.device), load(args.host)
+    gpu = open(args.gpu).read().strip() if args.gpu else "?"
     print("GPU: {}\n".format(gpu))
     print("| problem | verdict (device inputs) | verdict (host inputs) | run s, device inputs | "
           "run s, host inputs | ratio |")

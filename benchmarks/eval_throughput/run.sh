@@ -2,7 +2,7 @@
 # Evaluation throughput of kbrl-eval against KernelBench's own evaluation: the same candidates
 # (benchmarks/eval_throughput/workload), one GPU machine, one configuration after another.
 #
-#   bash benchmarks/eval_throughput/run.sh <KernelBench checkout> <out dir> [budget s] [configurations]
+# usage: bash benchmarks/eval_throughput/run.sh <KernelBench checkout> <out dir> [budget s] [configurations]
 #
 # budget: seconds in which each KernelBench configuration may start candidates (default 150;
 #   kb-precompile's counts from the end of its parallel build, for which KBT_BUILD_ALLOWANCE
@@ -41,6 +41,10 @@
 # (the share of all cores busy, every 500 ms) and logs.tar.gz. summarize.py can also combine
 # several out dirs of separate runs.
 set -uo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
+  exit 0
+fi
 export LC_ALL=C
 script_start=$EPOCHREALTIME
 

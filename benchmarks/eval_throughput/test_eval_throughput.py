@@ -5,6 +5,7 @@ import structure), and summarize.py on synthetic results whose numbers are known
 
 usage: test_eval_throughput.py   (exit status 0 when every test passed)
 """
+import argparse
 import json
 import math
 import os
@@ -453,6 +454,9 @@ def test_gpu_turns():
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Takes no arguments; the exit status is 0 when every test passed.")
+    parser.parse_args()
     tests = (test_sample_order, test_arch_names, test_kb_import, test_cpu_sampler, test_gpu_turns, test_summarize, test_resumed_verdicts, test_retry_verdict,
              test_precompile_wall)
     failed_tests = 0

@@ -13,9 +13,13 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "cli.hpp"
 #include "kbrl/model/torch/decoder.hpp"
 #include "kbrl/model/torch/sampler.hpp"
 
@@ -47,76 +51,67 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: kbrl_bench_sampler <checkpoint dir> [--device cuda] [--dtype bf16|fp32] [--batches 1,16,64]\n"
-                         "       [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file]\n");
-    return 2;
-  }
-  std::string device = "cuda", dtype = "bf16", batches = "1,16,64", json;
+  CLI::App app("Decode tokens/s of kbrl's sampler: for each batch size B, B random prompts of the same length "
+               "sampled at temperature 1 to --new-tokens (benchmarks/sampler/run.sh runs it next to "
+               "transformers' generate).",
+               "kbrl_bench_sampler");
+  app.set_version_flag("--version", kbrl::apps::version_text("kbrl_bench_sampler"));
+  std::string checkpoint, device = "cuda", dtype = "bf16", batches = "1,16,64", json;
   std::int64_t prompt_tokens = 128, new_tokens = 256;
   int repeats = 3;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--device") device = value;
-    else if (key == "--dtype") dtype = value;
-    else if (key == "--batches") batches = value;
-    else if (key == "--prompt-tokens") prompt_tokens = std::stoll(value);
-    else if (key == "--new-tokens") new_tokens = std::stoll(value);
-    else if (key == "--repeats") repeats = std::stoi(value);
-    else if (key == "--json") json = value;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
-  if (new_tokens < 2 || prompt_tokens < 1 || repeats < 1) {
-    std::fprintf(stderr, "--new-tokens must be >= 2, --prompt-tokens and --repeats >= 1\n");
-    return 2;
-  }
-  kbrl::model::LoadOptions options;
-  options.device = c10::Device(device);
-  options.dtype = dtype == "fp32" ? c10::ScalarType::Float : c10::ScalarType::BFloat16;
-  const auto load_start = std::chrono::steady_clock::now();
-  const auto model = kbrl::model::DecoderModel::load(argv[1], options);
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  const kbrl::model::Sampler sampler(model);
+  app.add_option("checkpoint", checkpoint, "Hugging Face checkpoint folder")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--device", device, "torch device")->capture_default_str();
+  app.add_option("--dtype", dtype, "weights' type")->check(CLI::IsMember({"bf16", "fp32"}))->capture_default_str();
+  app.add_option("--batches", batches, "comma-separated batch sizes")->capture_default_str();
+  app.add_option("--prompt-tokens", prompt_tokens, "tokens per prompt")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--new-tokens", new_tokens, "tokens sampled per row (at least 2)")
+      ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "timed repeats (medians are reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--json", json, "also write the rows to this JSON file");
+  return kbrl::apps::run_program(app, argc, argv, [&] {
+    kbrl::model::LoadOptions options;
+    options.device = c10::Device(device);
+    options.dtype = dtype == "fp32" ? c10::ScalarType::Float : c10::ScalarType::BFloat16;
+    const auto load_start = std::chrono::steady_clock::now();
+    const auto model = kbrl::model::DecoderModel::load(checkpoint, options);
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    const kbrl::model::Sampler sampler(model);
 
-  std::mt19937_64 rng(7);
-  std::uniform_int_distribution<std::int64_t> token(0, model.config().vocab_size - 1);
-  std::ostringstream rows;
-  std::printf("kbrl sampler, %s %s, load %.1f s, prompt %lld, new %lld tokens\n", device.c_str(), dtype.c_str(), load_s,
-              static_cast<long long>(prompt_tokens), static_cast<long long>(new_tokens));
-  std::printf("%6s %10s %10s %14s %14s\n", "batch", "t(1) s", "t(N) s", "decode tok/s", "total tok/s");
-  std::stringstream list(batches);
-  for (std::string item; std::getline(list, item, ',');) {
-    const std::int64_t B = std::stoll(item);
-    std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(B));
-    for (auto& p : prompts)
-      for (std::int64_t k = 0; k < prompt_tokens; ++k) p.push_back(token(rng));
-    seconds_of(sampler, prompts, 8);  // warm-up: allocator, kernels chosen
-    std::vector<double> one, full;
-    for (int r = 0; r < repeats; ++r) {
-      one.push_back(seconds_of(sampler, prompts, 1));
-      full.push_back(seconds_of(sampler, prompts, new_tokens));
+    std::mt19937_64 rng(7);
+    std::uniform_int_distribution<std::int64_t> token(0, model.config().vocab_size - 1);
+    std::ostringstream rows;
+    std::printf("kbrl sampler, %s %s, load %.1f s, prompt %lld, new %lld tokens\n", device.c_str(), dtype.c_str(), load_s,
+                static_cast<long long>(prompt_tokens), static_cast<long long>(new_tokens));
+    std::printf("%6s %10s %10s %14s %14s\n", "batch", "t(1) s", "t(N) s", "decode tok/s", "total tok/s");
+    std::stringstream list(batches);
+    for (std::string item; std::getline(list, item, ',');) {
+      const std::int64_t B = std::stoll(item);
+      std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(B));
+      for (auto& p : prompts)
+        for (std::int64_t k = 0; k < prompt_tokens; ++k) p.push_back(token(rng));
+      seconds_of(sampler, prompts, 8);  // warm-up: allocator, kernels chosen
+      std::vector<double> one, full;
+      for (int r = 0; r < repeats; ++r) {
+        one.push_back(seconds_of(sampler, prompts, 1));
+        full.push_back(seconds_of(sampler, prompts, new_tokens));
+      }
+      const double t1 = median(one), tn = median(full);
+      const double decode = static_cast<double>(B * (new_tokens - 1)) / (tn - t1);
+      const double total = static_cast<double>(B * new_tokens) / tn;
+      std::printf("%6lld %10.3f %10.3f %14.1f %14.1f\n", static_cast<long long>(B), t1, tn, decode, total);
+      std::fflush(stdout);
+      if (rows.tellp() > 0) rows << ",\n";
+      rows << "    {\"batch\": " << B << ", \"t1_s\": " << t1 << ", \"tn_s\": " << tn << ", \"decode_tokens_per_s\": " << decode
+           << ", \"total_tokens_per_s\": " << total << "}";
     }
-    const double t1 = median(one), tn = median(full);
-    const double decode = static_cast<double>(B * (new_tokens - 1)) / (tn - t1);
-    const double total = static_cast<double>(B * new_tokens) / tn;
-    std::printf("%6lld %10.3f %10.3f %14.1f %14.1f\n", static_cast<long long>(B), t1, tn, decode, total);
-    std::fflush(stdout);
-    if (rows.tellp() > 0) rows << ",\n";
-    rows << "    {\"batch\": " << B << ", \"t1_s\": " << t1 << ", \"tn_s\": " << tn << ", \"decode_tokens_per_s\": " << decode
-         << ", \"total_tokens_per_s\": " << total << "}";
-  }
-  if (!json.empty()) {
-    std::ofstream f(json);
-    f << "{\n  \"implementation\": \"kbrl\", \"device\": \"" << device << "\", \"dtype\": \"" << dtype
-      << "\", \"prompt_tokens\": " << prompt_tokens << ", \"new_tokens\": " << new_tokens << ", \"repeats\": " << repeats
-      << ", \"load_s\": " << load_s << ",\n  \"rows\": [\n" << rows.str() << "\n  ]\n}\n";
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", json.c_str());
-      return 1;
+    if (!json.empty()) {
+      std::ofstream f(json);
+      f << "{\n  \"implementation\": \"kbrl\", \"device\": \"" << device << "\", \"dtype\": \"" << dtype
+        << "\", \"prompt_tokens\": " << prompt_tokens << ", \"new_tokens\": " << new_tokens << ", \"repeats\": " << repeats
+        << ", \"load_s\": " << load_s << ",\n  \"rows\": [\n" << rows.str() << "\n  ]\n}\n";
+      if (!f) throw std::runtime_error("cannot write " + json);
     }
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -2,13 +2,17 @@
 # Decode speed of kbrl's sampler next to transformers' generate, on the GPU machine, in one run:
 # the same random bf16 checkpoint with Qwen2.5-Coder-1.5B's shapes, batches 1, 16 and 64.
 #
-#   bash benchmarks/sampler/run.sh [build dir (build/cuda)] [out dir (benchmarks/sampler/out)]
+# usage: bash benchmarks/sampler/run.sh [build dir (build/cuda)] [out dir (benchmarks/sampler/out)]
 #
 # Needs the cuda preset's kbrl_bench_sampler (cmake --build --preset cuda --target
 # kbrl_bench_sampler), python3 with torch and transformers, ~4 GB of disk. Writes kbrl.json,
 # transformers.json, machine.json and results.md into the out dir. SAMPLER_ARGS passes options to
 # both sides (e.g. "--batches 16 --new-tokens 128"). About 5 minutes on an H100.
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
+  exit 0
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../../build/cuda}"
 out="${2:-$here/out}"

@@ -165,7 +165,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     kb, notes = kb_import.load(args.kernelbench)
     h = kbrl_worker.Harness(torch)
-    runner = kbrl_worker.Runner({"device": "cuda:0"}, torch, h)
+    runner = kbrl_worker.Runner(torch, h, "cuda:0", "fp32", False)
     cases = models(args.kernelbench)
     flags = ctypes.c_uint(0)
     with kbrl_worker.spinning_synchronize():  # the flags the worker's timing runs under

@@ -39,7 +39,7 @@ def read(paths):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True, help="the CMake build folder")
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--work", default="/tmp/kbrl_tok_bench")

@@ -4,11 +4,15 @@
 # one 4096-token sequence, forward + backward with activation checkpointing; and adapter parity
 # in both directions (kbrl's adapter in PEFT, PEFT's in kbrl) on that model.
 #
-#   bash benchmarks/train_step/run.sh [build dir (build/cuda)] [out dir (benchmarks/train_step/out)]
+# usage: bash benchmarks/train_step/run.sh [build dir (build/cuda)] [out dir (benchmarks/train_step/out)]
 #
 # Needs the cuda preset's kbrl_bench_train_step, python3 with torch, transformers and peft, ~4 GB
 # of disk. Writes results.md and the JSON files into the out dir. About 4 minutes on an H100.
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
+  exit 0
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../../build/cuda}"
 out="${2:-$here/out}"

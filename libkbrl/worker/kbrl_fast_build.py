@@ -83,15 +83,17 @@ class FastBuild:
         self.ce = cpp_extension
         self.torch_version = torch.__version__
         self.include_dir = os.path.join(os.path.dirname(torch.__file__), "include")
-        self.pch = bool(settings.get("pch"))
+        # settings: the compile job's fast_build, every field given (the worker protocol has no
+        # defaults on this side).
+        self.pch = settings["pch"]
         # nvcc only: a ROCm torch builds CUDA sources with hipcc.
-        self.light = bool(settings.get("light_headers")) and bool(torch.version.cuda) and not getattr(torch.version, "hip", None)
-        self.parallel = self.light and bool(settings.get("parallel_passes"))
+        self.light = settings["light_headers"] and bool(torch.version.cuda) and not getattr(torch.version, "hip", None)
+        self.parallel = self.light and settings["parallel_passes"]
         # The binding file's compile beside nvcc's front ends (sooner done), or after them (a
         # source that fails there then costs no binding compile): the evaluator says which, by
         # how many builds it has in flight.
-        self.binding_early = bool(settings.get("binding_early", True))
-        self.root = settings.get("dir") or ""
+        self.binding_early = settings["binding_early"]
+        self.root = settings["dir"]
         self.log_dir = log_dir
         self.events = {"pch": [], "light_headers": [], "parallel_passes": [], "cuda_pch": [], "light_binding": [],
                        "light_skipped": [], "binding": []}

@@ -8,17 +8,14 @@ bookkeeping and has its own deadline on every job; this worker enforces the per-
 on the child and classifies how the child ended.
 
 Protocol: one JSON object per line. The worker writes {"event": "ready", ...} on start, then
-reads a job per line from stdin and answers it with exactly one line on its protocol channel:
-    {"op": "compile", "job_id": ..., "candidate_path": ..., "build_dir": ..., "language": ...,
-     "timeout_s": ..., "fast_build": {"pch": true, "light_headers": true, "parallel_passes": true,
-     "binding_early": true, "dir": ...}}
-      (fast_build: optional, see kbrl_fast_build.py; the reply's "metadata" says what it did)
-    {"op": "run", "job_id": ..., "problem_path": ..., "candidate_path": ..., "build_dir": ...,
-     "device": "cpu" | "cuda:0", "precision": "fp32", "seed": 123, "correctness_trials": 5,
-     "timing_trials": 100, "warmup_runs": 5, "measure_performance": true, "time_reference": true,
-     "atol": 1e-4, "rtol": 1e-4, "timeout_s": ..., "limits": {...}}
-    {"op": "shutdown"}
-Everything the candidate prints goes to <job_dir>/child.log, never to the protocol channel.
+reads a job per line from stdin ("compile", "run" or "shutdown") and answers each compile or run
+job with exactly one reply line on its protocol channel. Every field is listed in
+docs/evaluator.md ("Worker protocol") and below (JOB_FIELDS, reply_for); the golden jobs and
+replies in tests/data/worker_protocol/ are checked against this file by
+tests/integration/worker_protocol.py and against the C++ side (kbrl/eval/worker_protocol.hpp)
+by its unit test. The worker has no defaults of its own: a job missing a field is answered with
+an internal failure that names it. Everything the candidate prints goes to the job's log_path,
+never to the protocol channel.
 """
 
 import argparse
@@ -39,7 +36,9 @@ try:  # next to this script; a worker copied without it builds plainly (and says
 except ImportError:
     kbrl_fast_build = None
 
-PROTOCOL_VERSION = 2
+# The wire version (kWorkerProtocolVersion on the C++ side): in the greeting, every job and every
+# reply; a job of another version is refused.
+PROTOCOL_VERSION = 3
 # How CUDA runs are timed (Runner.time_model); the evaluator keys cached reference timings by it.
 TIMING_METHOD = "cuda events on the current stream, device-wide guard"
 # A run is charged for work outside the current stream only beyond this much (ms) more than an
@@ -115,6 +114,131 @@ def failure(category, message, **extra):
     out = dict(extra)
     out.update(status="failed", error_category=category, error_message=clean_message(message))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# The protocol: jobs read strictly, replies complete
+
+
+class Integer:
+    """A JSON integer (bool, a subclass of int in Python, is not one)."""
+
+    @staticmethod
+    def accepts(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    name = "an integer"
+
+
+class Number:
+    @staticmethod
+    def accepts(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    name = "a finite number"
+
+
+class Bool:
+    @staticmethod
+    def accepts(v):
+        return isinstance(v, bool)
+
+    name = "true or false"
+
+
+class Str:
+    @staticmethod
+    def accepts(v):
+        return isinstance(v, str)
+
+    name = "a string"
+
+
+# Field -> kind: a kind above, a tuple of the strings allowed, or a dict for a nested object.
+LIMITS_FIELDS = {"file_size_bytes": Integer, "address_space_bytes": Integer, "processes": Integer, "nice": Integer}
+FAST_BUILD_FIELDS = {"pch": Bool, "light_headers": Bool, "parallel_passes": Bool, "binding_early": Bool, "dir": Str}
+JOB_FIELDS = {
+    "compile": {
+        "protocol": Integer, "op": Str, "job_id": Str, "candidate_path": Str, "build_dir": Str, "log_path": Str,
+        "language": ("cuda", "triton", "hip", "cpp"), "timeout_s": Number, "limits": LIMITS_FIELDS,
+        "fast_build": FAST_BUILD_FIELDS,
+    },
+    "run": {
+        "protocol": Integer, "op": Str, "job_id": Str, "problem_path": Str, "candidate_path": Str, "build_dir": Str,
+        "log_path": Str, "device": Str, "precision": ("fp32", "fp16", "bf16"), "seed": Integer,
+        "correctness_trials": Integer, "timing_trials": Integer, "warmup_runs": Integer,
+        "measure_performance": Bool, "time_reference": Bool, "input_families": Bool, "kernelbench_inputs": Bool,
+        "atol": Number, "rtol": Number, "timeout_s": Number, "limits": LIMITS_FIELDS,
+    },
+    "shutdown": {"protocol": Integer, "op": Str},
+}
+
+
+class JobError(ValueError):
+    """A job that does not follow the protocol; the message names the field."""
+
+
+def check_fields(obj, fields, where):
+    """Raises JobError for the first field of `obj` (the job, or its object at `where`) that is
+    missing, of another kind than `fields` says, or not in `fields`."""
+    for name, kind in fields.items():
+        path = "{}.{}".format(where, name) if where else name
+        if name not in obj:
+            raise JobError("job field '{}' is missing".format(path))
+        value = obj[name]
+        if isinstance(kind, dict):
+            if not isinstance(value, dict):
+                raise JobError("job field '{}' must be an object, got {}".format(path, json.dumps(value)[:80]))
+            check_fields(value, kind, path)
+        elif isinstance(kind, tuple):
+            if value not in kind:
+                raise JobError("job field '{}' must be one of {}, got {}".format(
+                    path, ", ".join(kind), json.dumps(value)))
+        elif not kind.accepts(value):
+            raise JobError("job field '{}' must be {}, got {}".format(path, kind.name, json.dumps(value)[:80]))
+    for name in obj:
+        if name not in fields:
+            raise JobError("job field '{}' is not part of the protocol".format("{}.{}".format(where, name) if where else name))
+
+
+def read_job(job):
+    """The job, checked: its op's every field present with its type (JOB_FIELDS), nothing else,
+    and this worker's protocol version. Raises JobError naming the first field that is not."""
+    if not isinstance(job, dict):
+        raise JobError("a job must be a JSON object")
+    if "op" not in job:
+        raise JobError("job field 'op' is missing")
+    op = job["op"]
+    if not isinstance(op, str) or op not in JOB_FIELDS:
+        raise JobError("job field 'op' must be one of {}, got {}".format(", ".join(JOB_FIELDS), json.dumps(op)))
+    if "protocol" in job and Integer.accepts(job["protocol"]) and job["protocol"] != PROTOCOL_VERSION:
+        raise JobError("the job speaks protocol {}, this worker {} (a worker script from another kbrl version?)".format(
+            job["protocol"], PROTOCOL_VERSION))
+    check_fields(job, JOB_FIELDS[op], "")
+    return job
+
+
+def reply_for(op, job_id, result, elapsed):
+    """The reply line to a compile or run job: every field of its op's reply (docs/evaluator.md),
+    those the child did not report (it crashed, timed out or never ran) at their empty values:
+    null where there is no value yet. A result with a field outside the protocol is a bug here,
+    and raises."""
+    reply = {"protocol": PROTOCOL_VERSION, "op": op, "job_id": job_id, "status": "failed",
+             "error_category": "internal", "error_message": "", "wall_s": elapsed, "metadata": {}}
+    if op == "compile":
+        reply["compile_s"] = elapsed
+    elif op == "run":
+        reply.update(compiled=None, correct=False, correct_on_problem_inputs=False, input_families=None,
+                     trials_passed=0, trials_total=0, max_abs_error=None, max_rel_error=None, device=None,
+                     runtime=None, ref_runtime=None, stage_seconds={})
+    unknown = sorted(set(result) - set(reply))
+    if unknown:
+        raise ValueError("reply fields outside the protocol: {}".format(", ".join(unknown)))
+    reply.update(result)
+    if reply["status"] == "ok":
+        reply["error_category"] = "none"
+        reply["error_message"] = ""
+    return reply
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,7 +323,7 @@ def apply_limits(limits):
     import resource
 
     def set_limit(kind, value):
-        if value is None or value <= 0:
+        if value <= 0:  # 0: no limit
             return
         try:
             soft, hard = resource.getrlimit(kind)
@@ -210,14 +334,14 @@ def apply_limits(limits):
             pass
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if limits.get("nice"):
+    if limits["nice"]:
         try:
-            os.nice(int(limits["nice"]))  # the compilers it starts inherit it
+            os.nice(limits["nice"])  # the compilers it starts inherit it
         except (OSError, ValueError):
             pass
-    set_limit(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
-    set_limit(resource.RLIMIT_AS, limits.get("address_space_bytes"))
-    set_limit(resource.RLIMIT_NPROC, limits.get("processes"))
+    set_limit(resource.RLIMIT_FSIZE, limits["file_size_bytes"])
+    set_limit(resource.RLIMIT_AS, limits["address_space_bytes"])
+    set_limit(resource.RLIMIT_NPROC, limits["processes"])
 
 
 def die_with_parent():
@@ -234,8 +358,8 @@ def die_with_parent():
 def install_fast_build(job, torch):
     """The compile accelerations the job asks for (kbrl_fast_build.py), in place before the
     candidate is imported; returns a function giving the result's metadata."""
-    settings = job.get("fast_build") or {}
-    if not (settings.get("pch") or settings.get("light_headers")):
+    settings = job["fast_build"]
+    if not (settings["pch"] or settings["light_headers"]):
         return dict
     if kbrl_fast_build is None:
         return lambda: {"fast_build": "unavailable: kbrl_fast_build.py is not next to the worker"}
@@ -497,13 +621,13 @@ def careful_stats(h, o_flat, r_flat, slack, rtol):
 
 
 class Runner:
-    def __init__(self, job, torch, h):
-        self.job = job
+    def __init__(self, torch, h, device, precision, kernelbench_inputs):
         self.torch = torch
         self.h = h
-        self.device = torch.device(job["device"])
+        self.device = torch.device(device)
         self.is_cuda = self.device.type == "cuda"
-        self.precision = job.get("precision", "fp32")
+        self.precision = precision
+        self.kernelbench_inputs = kernelbench_inputs
         self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[self.precision]
 
     def seed_all(self, seed):
@@ -535,7 +659,7 @@ class Runner:
     def on_device(self):
         """Where factory functions allocate while the problem's code runs: the evaluation device
         (fast: no host-side generation and copy), or the host in KernelBench-identical mode."""
-        if self.job.get("kernelbench_inputs") or not self.is_cuda:
+        if self.kernelbench_inputs or not self.is_cuda:
             return contextlib.nullcontext()
         return self.device
 
@@ -790,15 +914,15 @@ def child_run(job, torch, h):
     t_start = time.monotonic()
     # Seconds per step; a failure reports those that finished. start: from the fork to here;
     # setup: the device (the GPU's runtime starts here).
-    timings = {"start": t_start - job["forked_at"]} if "forked_at" in job else {}
+    timings = {"start": t_start - job["forked_at"]}
     result = {"compiled": False, "correct": False, "trials_passed": 0, "trials_total": 0, "stage_seconds": timings}
-    r = Runner(job, torch, h)
-    seed = int(job.get("seed", 0))
-    n_trials = max(1, int(job.get("correctness_trials", 5)))
-    warmup = int(job.get("warmup_runs", 5))
-    timing_trials = int(job.get("timing_trials", 100))
-    # The tolerances come from the C++ side (core::default_tolerance, the numbers the prompt
-    # states, or the request's override): one table, not a copy here.
+    r = Runner(torch, h, job["device"], job["precision"], job["kernelbench_inputs"])
+    # Every setting comes from the C++ side (core::EvalOptions, and for the tolerances
+    # core::default_tolerance, the numbers the prompt states): one owner, not a copy here.
+    seed = job["seed"]
+    n_trials = max(1, job["correctness_trials"])
+    warmup = job["warmup_runs"]
+    timing_trials = job["timing_trials"]
     atol, rtol = float(job["atol"]), float(job["rtol"])
     if r.is_cuda:
         torch.cuda.set_device(r.device)
@@ -816,7 +940,7 @@ def child_run(job, torch, h):
     # does); made on the device they take milliseconds, so every use makes them again from their
     # seed and device memory goes to the reference outputs instead.
     timings["setup"] = time.monotonic() - t_start
-    regenerate = r.is_cuda and not job.get("kernelbench_inputs")
+    regenerate = r.is_cuda and not job["kernelbench_inputs"]
     kept_inputs = {}
 
     def inputs_for(t):
@@ -856,7 +980,7 @@ def child_run(job, torch, h):
             families = []
             skipped = []
             base_scale = max(max_magnitude(torch, ref_outputs[0]), 1e-30)
-            if job.get("input_families", True):
+            if job["input_families"]:
                 for k, family in enumerate(INPUT_FAMILIES):
                     try:
                         f_inputs = transform_inputs(torch, inputs_for(0), family, trial_seed(seed, 1000 + k))
@@ -926,7 +1050,7 @@ def child_run(job, torch, h):
                 if t == 0:
                     families, skipped = reference_families()
         r.release()
-        if job.get("measure_performance") and job.get("time_reference"):
+        if job["measure_performance"] and job["time_reference"]:
             result["ref_runtime"] = r.time_model(ref_model, timing_sets(), warmup, timing_trials)
             note_outside_stream(result, "ref_runtime", "reference_outside_stream_runs")
         del ref_model
@@ -1071,7 +1195,7 @@ def child_run(job, torch, h):
     timings["correctness"] = time.monotonic() - t0
 
     # 4. Timing, the same way as the reference's, on the same rotating input sets.
-    if job.get("measure_performance"):
+    if job["measure_performance"]:
         t0 = time.monotonic()
         try:
             result["runtime"] = r.time_model(cand_model, timing_sets(), warmup, timing_trials)
@@ -1103,7 +1227,7 @@ def child_main(job, write_fd, torch, h):
         sys.stderr = os.fdopen(2, "w", buffering=1)
         os.environ["TORCH_EXTENSIONS_DIR"] = job["build_dir"]
         os.chdir(job["build_dir"])
-        apply_limits(job.get("limits", {}))
+        apply_limits(job["limits"])
         if job["op"] == "compile":
             result = child_compile(job, torch)
         elif os.environ.get("KBRL_WORKER_PROFILE"):  # a folder: one cProfile file per run job
@@ -1179,8 +1303,8 @@ def kill_group(pid):
 
 
 def run_job(job, torch, h):
+    """Runs a checked job (read_job) in a forked child; returns its reply (reply_for)."""
     os.makedirs(job["build_dir"], exist_ok=True)
-    job.setdefault("log_path", os.path.join(job["build_dir"], "child-{}.log".format(job["op"])))
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
     job["forked_at"] = started
@@ -1193,13 +1317,13 @@ def run_job(job, torch, h):
         os.setpgid(pid, pid)  # also done by the child; whichever runs first wins
     except OSError:
         pass
-    deadline = started + float(job.get("timeout_s", 300))
+    deadline = started + job["timeout_s"]
     payload, how = read_result(read_fd, deadline)
     os.close(read_fd)
     if how == "timeout":
         kill_group(pid)
         os.waitpid(pid, 0)
-        result = failure("timeout", "{} stage ran past its {:.0f} s limit".format(job["op"], float(job.get("timeout_s", 300))))
+        result = failure("timeout", "{} stage ran past its {:.0f} s limit".format(job["op"], job["timeout_s"]))
     else:
         reported = time.monotonic()
         _, status = os.waitpid(pid, 0)
@@ -1209,7 +1333,7 @@ def run_job(job, torch, h):
                 result = json.loads(payload)
             except ValueError:
                 result = failure("internal", "unreadable result from the child")
-            if isinstance(result.get("stage_seconds"), dict):
+            if "stage_seconds" in result:
                 # The child's exit after its result (a GPU process gives its memory back then).
                 result["stage_seconds"]["exit"] = time.monotonic() - reported
         else:
@@ -1218,9 +1342,17 @@ def run_job(job, torch, h):
             if "out of memory" in tail.lower() or "MemoryError" in tail:
                 category = "out_of_memory"
             result = failure(category, message + ("\n" + tail if tail else ""))
-    result["job_id"] = job.get("job_id")
-    result["wall_s"] = time.monotonic() - started
-    return result
+    return reply_for(job["op"], job["job_id"], result, time.monotonic() - started)
+
+
+def rejection(job, message):
+    """The reply to a job that could not be read or run: an internal failure, shaped as its op's
+    reply where the op is known (so the evaluator reads the message), with what the job said of
+    its op and id."""
+    job = job if isinstance(job, dict) else {}
+    op = job.get("op") if job.get("op") in ("compile", "run") else None
+    job_id = job.get("job_id") if isinstance(job.get("job_id"), str) else None
+    return reply_for(op, job_id, failure("internal", message), 0.0)
 
 
 def main():
@@ -1268,17 +1400,19 @@ def main():
         try:
             job = json.loads(line)
         except ValueError as exc:
-            send(failure("internal", "bad job line: {}".format(exc)))
+            send(rejection(None, "bad job line: {}".format(exc)))
             continue
-        if job.get("op") == "shutdown":
+        try:
+            job = read_job(job)
+        except JobError as exc:
+            send(rejection(job, str(exc)))
+            continue
+        if job["op"] == "shutdown":
             break
-        if job.get("op") not in ("compile", "run"):
-            send(dict(failure("internal", "unknown op {!r}".format(job.get("op"))), job_id=job.get("job_id")))
-            continue
         try:
             send(run_job(job, torch, h))
         except Exception as exc:  # never leave a job unanswered
-            send(dict(failure("internal", "worker: {}".format(exc)), job_id=job.get("job_id")))
+            send(rejection(job, "worker: {}".format(exc)))
 
 
 if __name__ == "__main__":

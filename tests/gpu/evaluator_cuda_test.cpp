@@ -53,10 +53,7 @@ void save(const std::string& name, const std::string& text) {
 
 TEST_CASE("our CUDA kernels for KernelBench level-1 problems are correct with sensible speedups") {
   const char* root = std::getenv("KBRL_KERNELBENCH_ROOT");
-  if (root == nullptr) {
-    WARN("KBRL_KERNELBENCH_ROOT is not set: skipped");
-    return;
-  }
+  if (root == nullptr) KBRL_SKIP("KBRL_KERNELBENCH_ROOT is not set");
   const fs::path dir = fs::path(KBRL_SOURCE_DIR) / "tests/gpu/kernelbench_l1";
   const auto manifest = core::parse_json(read_text(dir / "manifest.json")).as_array();
   std::vector<core::EvalRequest> requests;

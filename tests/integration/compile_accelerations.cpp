@@ -199,10 +199,7 @@ TEST_CASE("the bundled solutions get the same results with and without the preco
 }
 
 TEST_CASE("a CUDA source that needs more than the light headers is built again with the full ones") {
-  if (!has_nvcc()) {
-    std::cout << "no nvcc: skipped\n";
-    return;
-  }
+  if (!has_nvcc()) KBRL_SKIP("no nvcc");
   const fs::path scratch = fs::path(KBRL_TEST_TMP) / "compile_accelerations_cuda";
   fs::remove_all(scratch);
   fs::create_directories(scratch);

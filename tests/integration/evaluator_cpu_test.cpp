@@ -3,14 +3,23 @@
 #include <signal.h>
 
 #include <kbrl/core/error.hpp>
+#include <kbrl/core/json.hpp>
 #include <kbrl/eval/local_evaluator.hpp>
+#include <kbrl/log/jsonl.hpp>
+
+#include <fmt/format.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "catch.hpp"
 
@@ -346,6 +355,94 @@ TEST_CASE("fp32 references run without TF32") {
   CHECK(result.correct);
 }
 
+namespace {
+
+// A reference that returns its input, +-v alternating (v exactly representable in fp16 and bf16),
+// and a candidate that moves every value away from zero by d: |out - ref| = d and the relative L2
+// error d / v, exactly, since v + d is representable too (d is a few units in the last place).
+core::EvalRequest offset_request(const std::string& id, core::Precision precision, double v, double d) {
+  auto r = request(id, python_candidate("", fmt::format("        return x + x.sign() * {:.17g}", d)));
+  r.problem.id = "test/" + id;
+  r.problem.content_hash = id;
+  r.problem.source = fmt::format(
+      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+      "        super().__init__()\n\n    def forward(self, x):\n        return x.clone()\n\n"
+      "def get_inputs():\n    return [torch.tensor([{0:.17g}, -{0:.17g}] * 512, dtype=torch.float32)]\n\n"
+      "def get_init_inputs():\n    return []\n",
+      v);
+  r.precision = precision;
+  r.options.measure_performance = false;
+  r.options.input_families = false;  // scaled inputs would scale the allowed error: this is about the bounds
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fp16 and bf16 outputs are judged by their precision's tolerances") {
+  // The defaults (core::default_tolerance): |out - ref| <= atol + rtol |ref| with atol = rtol =
+  // 1e-2 for fp16 and bf16, and a relative L2 error within the worker's NORM_TOLERANCE (2e-2 for
+  // fp16, 3e-2 for bf16). Each error below is one unit in the last place inside or outside its
+  // bound, the nearest the output's own precision can come to it.
+  REQUIRE(core::default_tolerance(core::Precision::fp16) == core::Tolerance{1e-2, 1e-2});
+  REQUIRE(core::default_tolerance(core::Precision::bf16) == core::Tolerance{1e-2, 1e-2});
+  using core::Precision;
+  struct Case {
+    const char* id;
+    Precision precision;
+    double v, d;
+    const char* failure;  // nullptr: correct
+  };
+  const double fp16_ulp_2 = std::ldexp(1.0, -9), fp16_ulp_quarter = std::ldexp(1.0, -12);  // ulp at 2 and at 0.25
+  const double bf16_ulp_2 = std::ldexp(1.0, -6), bf16_ulp_quarter = std::ldexp(1.0, -9);
+  const std::vector<Case> cases = {
+      // Elementwise, at |ref| = 2: the bound is 0.01 + 0.01 * 2 = 0.03 (relative L2 error below 2e-2).
+      {"fp16-elementwise-inside", Precision::fp16, 2.0, 15 * fp16_ulp_2, nullptr},       // 0.0293
+      {"fp16-elementwise-outside", Precision::fp16, 2.0, 16 * fp16_ulp_2, "values differ"},  // 0.03125
+      {"bf16-elementwise-inside", Precision::bf16, 2.0, 1 * bf16_ulp_2, nullptr},        // 0.0156
+      {"bf16-elementwise-outside", Precision::bf16, 2.0, 2 * bf16_ulp_2, "values differ"},   // 0.03125
+      // Relative L2, at |ref| = 0.25: elementwise the bound is 0.0125, not reached; d / 0.25 is
+      // the relative L2 error against 2e-2 (fp16) and 3e-2 (bf16).
+      {"fp16-norm-inside", Precision::fp16, 0.25, 20 * fp16_ulp_quarter, nullptr},                 // 0.0195
+      {"fp16-norm-outside", Precision::fp16, 0.25, 21 * fp16_ulp_quarter, "relative L2 norm"},     // 0.0205
+      {"bf16-norm-inside", Precision::bf16, 0.25, 3 * bf16_ulp_quarter, nullptr},                  // 0.0234
+      {"bf16-norm-outside", Precision::bf16, 0.25, 4 * bf16_ulp_quarter, "relative L2 norm"},      // 0.03125
+      // bf16's looser L2 bound is its own: the error bf16 accepts is too much for fp16.
+      {"fp16-norm-bf16-error", Precision::fp16, 0.25, 3 * bf16_ulp_quarter, "relative L2 norm"},  // 0.0234
+      // The fp16 tolerance belongs to fp16: the same error at fp32 (atol = rtol = 1e-4) fails.
+      {"fp32-fp16-error", Precision::fp32, 2.0, 15 * fp16_ulp_2, "values differ"},
+  };
+  std::vector<core::EvalRequest> requests;
+  for (const auto& c : cases) requests.push_back(offset_request(c.id, c.precision, c.v, c.d));
+  // A request's own atol overrides its precision's: 0.02 + 0.01 * 2 = 0.04 takes the error above.
+  auto widened = offset_request("fp16-elementwise-outside-atol", Precision::fp16, 2.0, 16 * fp16_ulp_2);
+  widened.options.atol = 2e-2;
+  requests.push_back(widened);
+
+  eval::LocalEvaluator ev(config("precision-tolerances"));
+  const auto results = ev.evaluate(requests);
+  REQUIRE(results.size() == cases.size() + 1);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    const auto& r = results[i];
+    INFO(c.id << ": " << r.error_message);
+    CHECK(r.request_id == c.id);
+    CHECK(r.trials_total >= 1);
+    if (c.failure == nullptr) {
+      CHECK(r.correct);
+      CHECK(r.error_category == ErrorCategory::none);
+      REQUIRE(r.max_abs_error.has_value());
+      CHECK(*r.max_abs_error == Catch::Approx(c.d).epsilon(1e-9));  // the error is the one intended
+    } else {
+      CHECK_FALSE(r.correct);
+      CHECK(r.error_category == ErrorCategory::correctness);
+      CHECK(r.error_message.find(c.failure) != std::string::npos);
+      if (r.max_abs_error) CHECK(*r.max_abs_error == Catch::Approx(c.d).epsilon(1e-9));
+    }
+  }
+  INFO(results.back().request_id << ": " << results.back().error_message);
+  CHECK(results.back().correct);
+}
+
 TEST_CASE("static-check errors stop a candidate before it is compiled and severities are configurable") {
   auto c = config("static");
   c.static_checks = true;
@@ -392,4 +489,166 @@ TEST_CASE("compilers run at the configured niceness and runs at the evaluator ni
   const auto result = ev.evaluate({request("nice-off", candidate)})[0];
   INFO(result.error_message);
   CHECK(result.correct);
+}
+
+namespace {
+
+// A reference that takes 20 ms a call: its timing's deviation stays far below its mean even on a
+// busy machine, so it is always cached (a noisier one is used once and not cached).
+const char* kSleepyReluProblem = R"(import time
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(0.02)
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(64, 512)]
+
+def get_init_inputs():
+    return []
+)";
+
+core::EvalRequest sleepy_request(const std::string& id, const std::string& content_hash) {
+  auto r = request(id, kCorrectPython);
+  r.problem.source = kSleepyReluProblem;
+  r.problem.content_hash = content_hash;
+  r.options.correctness_trials = 1;
+  r.options.input_families = false;
+  return r;
+}
+
+std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("reference timings are cached in the work dir, read by the next evaluator, and a torn line is cut") {
+  const auto c = config("baselines");
+  const auto file = c.work_dir / "baselines.jsonl";
+  core::TimingStats first;
+  {
+    eval::LocalEvaluator ev(c);
+    const auto a = ev.evaluate({sleepy_request("a", "sleepy-relu")})[0];
+    INFO(a.error_message);
+    REQUIRE(a.correct);
+    REQUIRE(a.ref_runtime.has_value());
+    REQUIRE(a.ref_runtime->std_ms <= a.ref_runtime->mean_ms);
+    first = *a.ref_runtime;
+    CHECK(ev.stats().baseline_cache_hits == 0);
+    const auto b = ev.evaluate({sleepy_request("b", "sleepy-relu")})[0];
+    CHECK(ev.stats().baseline_cache_hits == 1);
+    CHECK(b.ref_runtime == a.ref_runtime);
+    CHECK(b.runtime.has_value());
+  }
+  auto lines = log::read_jsonl(file);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].at("problem").as_string() == "test/1_ReLU");
+  CHECK(lines[0].at("device").as_string() == "cpu");
+  CHECK(lines[0].at("key").is_string());
+  CHECK(boost::json::value_to<core::TimingStats>(lines[0].at("ref_runtime")) == first);
+
+  // A kill in the middle of a write leaves a torn last line: it is skipped when read, and cut
+  // before the next line is appended.
+  {
+    std::ofstream out(file, std::ios::app | std::ios::binary);
+    out << R"({"key": "torn", "ref_runt)";
+  }
+  {
+    eval::LocalEvaluator ev(c);
+    ev.evaluate({sleepy_request("c", "sleepy-relu")});  // the lane learns its device's name
+    const auto d = ev.evaluate({sleepy_request("d", "sleepy-relu")})[0];
+    CHECK(ev.stats().baseline_cache_hits == 1);
+    CHECK(d.ref_runtime == first);
+    const auto e = ev.evaluate({sleepy_request("e", "sleepy-relu-2")})[0];  // another reference: timed
+    INFO(e.error_message);
+    REQUIRE(e.ref_runtime.has_value());
+    REQUIRE(e.ref_runtime->std_ms <= e.ref_runtime->mean_ms);
+    CHECK(ev.stats().baseline_cache_hits == 1);
+  }
+  lines = log::read_jsonl(file);
+  CHECK(lines.size() == 2);
+  CHECK(file_text(file).find("torn") == std::string::npos);
+
+  auto off = c;
+  off.baseline_cache = false;
+  eval::LocalEvaluator ev(off);
+  ev.evaluate({sleepy_request("f", "sleepy-relu")});
+  const auto g = ev.evaluate({sleepy_request("g", "sleepy-relu")})[0];
+  CHECK(ev.stats().baseline_cache_hits == 0);
+  REQUIRE(g.ref_runtime.has_value());
+  CHECK_FALSE(g.ref_runtime == first);  // timed again
+  CHECK(log::read_jsonl(file).size() == 2);
+}
+
+namespace {
+
+// A stand-in for the worker that speaks the golden protocol (tests/data/worker_protocol/), with
+// `change` applied to every reply (Python statements on `reply` and `job`).
+std::filesystem::path fake_worker(const std::string& name, const std::string& greeting_change, const std::string& change) {
+  const auto dir = std::filesystem::path(KBRL_TEST_TMP) / "fake-workers";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / (name + ".py");
+  std::ofstream out(path);
+  out << "import json, os, sys\n"
+      << "golden = '" << KBRL_SOURCE_DIR << "/tests/data/worker_protocol'\n"
+      << "def load(name):\n    with open(os.path.join(golden, name)) as f:\n        return json.load(f)\n"
+      << "reply = load('ready.json')\n" << greeting_change << "\n"
+      << "print(json.dumps(reply), flush=True)\n"
+      << "for line in sys.stdin:\n"
+      << "    job = json.loads(line)\n"
+      << "    if job['op'] == 'shutdown':\n        break\n"
+      << "    reply = load(job['op'] + '_reply.json')\n"
+      << "    reply['job_id'] = job['job_id']\n"
+      << "    " << change << "\n"
+      << "    print(json.dumps(reply), flush=True)\n";
+  return path;
+}
+
+core::EvalResult evaluate_with(const std::string& name, const std::string& greeting_change, const std::string& change) {
+  auto c = config(name);
+  c.worker_script = fake_worker(name, greeting_change, change);
+  eval::LocalEvaluator ev(c);
+  return ev.evaluate({request(name, kCorrectPython)})[0];
+}
+
+}  // namespace
+
+TEST_CASE("a worker that breaks the protocol gives internal results naming the field, never a crash") {
+  // The golden replies as they are: a correct, timed result (the protocol itself is sound).
+  const auto golden = evaluate_with("fake-golden", "", "pass");
+  INFO(golden.error_message);
+  CHECK(golden.correct);
+  CHECK(golden.metadata.at("compile_pch") == "used");
+  REQUIRE(golden.runtime.has_value());
+  CHECK(golden.runtime->mean_ms == 0.0625);
+
+  const auto missing = evaluate_with("fake-missing", "", "reply.pop('trials_total', None)");
+  CHECK(missing.error_category == ErrorCategory::internal);
+  CHECK(missing.error_message.find("field 'trials_total' is missing") != std::string::npos);
+  CHECK(missing.compiled);
+  CHECK_FALSE(missing.correct);
+
+  const auto extra = evaluate_with("fake-extra", "", "reply['retries'] = 1");
+  CHECK(extra.error_category == ErrorCategory::internal);
+  CHECK(extra.error_message.find("compile job: field 'retries' is not part of the protocol") != std::string::npos);
+  CHECK_FALSE(extra.compiled);
+
+  const auto wrong_run = evaluate_with("fake-wrong-run", "", "if job['op'] == 'run': reply['correct'] = 'yes'");
+  CHECK(wrong_run.error_category == ErrorCategory::internal);
+  CHECK(wrong_run.error_message.find("field 'correct' must be true or false") != std::string::npos);
+
+  const auto other_job = evaluate_with("fake-other-job", "", "reply['job_id'] = 'someone-else'");
+  CHECK(other_job.error_category == ErrorCategory::internal);
+  CHECK(other_job.error_message.find("field 'job_id' is 'someone-else'") != std::string::npos);
+
+  const auto old = evaluate_with("fake-old", "reply['protocol'] = 2", "pass");
+  CHECK(old.error_category == ErrorCategory::internal);
+  CHECK(old.error_message.find("the worker speaks protocol 2") != std::string::npos);
 }

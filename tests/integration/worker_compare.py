@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The worker's output check (kbrl_worker.compare) against a plain whole-tensor float64 version
-of the same rules, on random outputs of every floating dtype: identical, rounded differently,
+of the same rules, on random outputs of every floating dtype judged at every precision (fp32,
+fp16, bf16: each has its own relative L2 bound): identical, rounded differently,
 off by more than the tolerances, constant, zero, with NaN and infinities where the reference has
 them or not. The worker works chunk by chunk (small chunks here, so that every case spans
 several) and takes shortcuts (identical outputs, finite outputs read once at the end); the
@@ -96,17 +97,18 @@ def main():
         kind, out, ref = case(rng, n, dtype)
         noise = random.choice([None, (1e-5, 1e-4)])
         tol = random.choice([1e-4, 1e-2])
+        precision = random.choice(["fp32", "fp16", "bf16"])  # each has its own relative L2 bound
         out_before, ref_before = out.clone(), ref.clone()
-        got = kbrl_worker.compare(h, out, ref, "fp32", tol, tol, noise)
-        want = plain(out, ref, "fp32", tol, tol, noise)
+        got = kbrl_worker.compare(h, out, ref, precision, tol, tol, noise)
+        want = plain(out, ref, precision, tol, tol, noise)
         agree = (got[0] is None) == (want[0] is None) and (want[0] is None or got[0].startswith(want[0])) \
             and close(got[1], want[1]) and close(got[2], want[2])
         untouched = kbrl_worker.same_tensor(h, out, out_before) and kbrl_worker.same_tensor(h, ref, ref_before)
         cases += 1
         if not (agree and untouched):
             failed += 1
-            print("FAIL {} n={} {}: worker {} plain {}{}".format(
-                kind, n, dtype, got, want, "" if untouched else " (a tensor changed)"))
+            print("FAIL {} n={} {} {}: worker {} plain {}{}".format(
+                kind, n, dtype, precision, got, want, "" if untouched else " (a tensor changed)"))
     for flip in (False, True):  # integer outputs are compared exactly
         r = torch.randint(0, 5, (2500,), generator=rng)
         o = r.clone()

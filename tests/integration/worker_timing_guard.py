@@ -97,7 +97,7 @@ def check(what, ok):
 
 def time_it(stream_ms, other_ms, wake, trials=100):
     device = Device(wake)
-    runner = kbrl_worker.Runner({"device": "cpu"}, torch, Harness(device))
+    runner = kbrl_worker.Runner(torch, Harness(device), "cpu", "fp32", False)
     runner.is_cuda = True  # the CUDA path, on the simulated device
     runner.flush_bytes = lambda: 4096
     runs = []

@@ -300,7 +300,13 @@ class Tool:
         if proc.returncode != 0:
             raise RuntimeError(f"{self.path} {mode} failed: {proc.stderr}")
         with open(dst) as f:
-            return f.read().split("\n")[:len(lines)]
+            text = f.read()
+        # One output line per input line, each ended by a newline: a line lost or added is an
+        # error here, not something a slice or zip() later could hide.
+        out = text.split("\n")
+        if not text.endswith("\n") or len(out) - 1 != len(lines):
+            raise RuntimeError(f"{self.path} {mode}: {text.count(chr(10))} output lines for {len(lines)} input lines")
+        return out[:-1]
 
 
 def ids_line(ids):
@@ -313,7 +319,13 @@ class Report:
         self.counts = {}
 
     def compare(self, what, inputs, expected, actual, show=lambda x: repr(x)[:200]):
-        bad = [(i, e, a) for i, (e, a) in enumerate(zip(expected, actual)) if e != a]
+        if not len(inputs) == len(expected) == len(actual):
+            # Lines paired by position are meaningless once one is missing: all count as failed.
+            self.counts[what] = (0, len(expected))
+            self.failures += max(len(expected), len(actual), 1)
+            print(f"FAIL {what}: {len(actual)} results from kbrl, {len(expected)} from the library, {len(inputs)} inputs")
+            return
+        bad = [(i, e, a) for i, (e, a) in enumerate(zip(expected, actual, strict=True)) if e != a]
         self.counts[what] = (len(expected) - len(bad), len(expected))
         if bad:
             self.failures += len(bad)
@@ -352,7 +364,7 @@ def check_tokenizer(kind, tok, path, strings, tool, report, rng):
         flags = ["--skip-special-tokens"] if skip else []
         report.compare(f"{kind} decode skip_special_tokens={skip}", lines, exp, tool.run("decode", path, lines, *flags))
 
-    roundtrip = sum(1 for t, ids in zip(texts, id_lists) if tok.decode(ids, skip_special_tokens=False) == (unicodedata.normalize("NFC", t) if tok.normalizer else t))
+    roundtrip = sum(1 for t, ids in zip(texts, id_lists[:len(texts)], strict=True) if tok.decode(ids, skip_special_tokens=False) == (unicodedata.normalize("NFC", t) if tok.normalizer else t))
     print(f"     {kind} round trip decode(encode(s)) == normalized s: {roundtrip} of {len(texts)}")
 
     # Streaming: chunk by chunk against DecodeStream, and all chunks together against decode.
@@ -360,7 +372,7 @@ def check_tokenizer(kind, tok, path, strings, tool, report, rng):
     lines = [ids_line(ids) for ids in stream_ids]
     got = tool.run("stream", path, lines)
     exp_steps, act_steps, exp_total, act_total = [], [], [], []
-    for ids, out in zip(stream_ids, got):
+    for ids, out in zip(stream_ids, got, strict=True):
         steps_hex, flush_hex = out.split("|")
         chunks_ = [bytes.fromhex(h).decode() for h in steps_hex.split(",")[:-1]]
         act_total.append("".join(chunks_) + bytes.fromhex(flush_hex).decode())

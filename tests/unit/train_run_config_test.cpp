@@ -219,7 +219,7 @@ TEST_CASE("the example configs are valid") {
   }
   CHECK(n >= 3);
   const auto demo = load_run_config(dir / "cpu_demo.yaml", {});
-  CHECK(demo.evaluator.device == "cpu");
+  CHECK(demo.evaluator.local.platform == core::DevicePlatform::cpu);
   CHECK(load_run_config(dir / "multi_turn.yaml", {}).env.multi_turn);
 }
 

@@ -1,5 +1,6 @@
 #include "kbrl/eval/local_evaluator.hpp"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -16,12 +17,15 @@
 #include <sstream>
 #include <thread>
 
+#include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/hash.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/check/candidate_checks.hpp"
 #include "kbrl/check/static_check.hpp"
 #include "kbrl/eval/subprocess.hpp"
+#include "kbrl/eval/worker_protocol.hpp"
+#include "kbrl/log/jsonl.hpp"
 
 #ifndef KBRL_DEFAULT_PYTHON
 #define KBRL_DEFAULT_PYTHON "python3"
@@ -32,6 +36,12 @@
 #ifndef KBRL_WORKER_INSTALL_PATH
 #define KBRL_WORKER_INSTALL_PATH ""
 #endif
+#ifndef KBRL_WORKER_FROM_LIBDIR
+#define KBRL_WORKER_FROM_LIBDIR ""
+#endif
+#ifndef KBRL_WORKER_FROM_BINDIR
+#define KBRL_WORKER_FROM_BINDIR ""
+#endif
 
 namespace kbrl::eval {
 namespace fs = std::filesystem;
@@ -40,17 +50,34 @@ using Clock = std::chrono::steady_clock;
 using core::ErrorCategory;
 using core::EvalResult;
 
-// Bumped whenever the worker's behaviour changes what a build or a result means.
-constexpr int kWorkerProtocol = 2;
-
 std::string default_python() {
   if (const char* p = std::getenv("KBRL_PYTHON"); p != nullptr && *p != '\0') return p;
   if (fs::exists(KBRL_DEFAULT_PYTHON)) return KBRL_DEFAULT_PYTHON;
   return "python3";
 }
 
+namespace {
+// The worker of the installation this code runs from, wherever its prefix was installed or moved
+// to: <libdir>/../share/kbrl/ seen from a shared libkbrl, <bindir>/../share/kbrl/ from a program
+// that libkbrl is linked into. Empty when neither exists (a build tree, say).
+fs::path installed_worker_script() {
+  static const char anchor = 0;  // an address inside whichever file holds libkbrl's code
+  std::vector<fs::path> candidates;
+  Dl_info info{};
+  if (::dladdr(&anchor, &info) != 0 && info.dli_fname != nullptr && fs::path(info.dli_fname).is_absolute())
+    candidates.push_back(fs::path(info.dli_fname).parent_path() / KBRL_WORKER_FROM_LIBDIR);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path() / KBRL_WORKER_FROM_BINDIR);
+  for (const auto& c : candidates)
+    if (c.filename() == "kbrl_worker.py" && fs::is_regular_file(c, ec)) return c.lexically_normal();
+  return {};
+}
+}  // namespace
+
 fs::path default_worker_script() {
   if (const char* p = std::getenv("KBRL_WORKER_SCRIPT"); p != nullptr && *p != '\0') return p;
+  if (auto installed = installed_worker_script(); !installed.empty()) return installed;
   for (const char* candidate : {KBRL_WORKER_INSTALL_PATH, KBRL_WORKER_SOURCE_PATH})
     if (*candidate != '\0' && fs::exists(candidate)) return candidate;
   return KBRL_WORKER_SOURCE_PATH;
@@ -123,14 +150,6 @@ void write_file_atomically(const fs::path& path, std::string_view data) {
   fs::rename(tmp, path);
 }
 
-std::optional<std::string> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool command_works(const std::vector<std::string>& argv) {
   try {
     Subprocess::Options o;
@@ -158,36 +177,6 @@ std::string detect_cuda_arch() {
   return "";
 }
 
-double number_or(const json::object& o, std::string_view key, double fallback) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_number()) return fallback;
-  return v->to_number<double>();
-}
-
-std::string string_or(const json::object& o, std::string_view key, std::string fallback = "") {
-  const json::value* v = o.if_contains(key);
-  return v != nullptr && v->is_string() ? std::string(v->get_string()) : fallback;
-}
-
-bool bool_or(const json::object& o, std::string_view key, bool fallback) {
-  const json::value* v = o.if_contains(key);
-  return v != nullptr && v->is_bool() ? v->get_bool() : fallback;
-}
-
-std::optional<core::TimingStats> timing_of(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_object()) return std::nullopt;
-  return json::value_to<core::TimingStats>(*v);
-}
-
-ErrorCategory category_of(const json::object& reply) {
-  try {
-    return core::parse_error_category(string_or(reply, "error_category", "internal"));
-  } catch (const core::InvalidArgument&) {
-    return ErrorCategory::internal;
-  }
-}
-
 }  // namespace
 
 struct LocalEvaluator::Impl {
@@ -203,6 +192,7 @@ struct LocalEvaluator::Impl {
   Stats stats;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::map<std::string, core::TimingStats> baselines;
+  std::unique_ptr<log::JsonlWriter> baseline_log;  // <work_dir>/baselines.jsonl, opened at the first new baseline
   // On the CPU backend builds and timed runs share the cores: a run waits for the builds in
   // flight, and no new build starts while a run waits or runs, so timings are not taken under load.
   int active_compiles = 0;
@@ -272,7 +262,9 @@ struct LocalEvaluator::Impl {
       visible.push_back(python.parent_path().parent_path());  // a virtual environment's root
     for (const auto& p : visible) {
       std::error_code ec;
-      const fs::path abs = fs::absolute(p, ec);
+      // Canonical: bubblewrap cannot mount onto a symbolic link (a virtual environment linked
+      // into the checkout from elsewhere); the link itself still resolves inside the sandbox.
+      const fs::path abs = fs::canonical(p, ec);
       if (!ec && fs::exists(abs)) sandbox_prefix.insert(sandbox_prefix.end(), {"--ro-bind", abs.string(), abs.string()});
     }
     sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.work_dir.string(), config.work_dir.string()});
@@ -281,18 +273,30 @@ struct LocalEvaluator::Impl {
       sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.compile_cache_dir.string(), config.compile_cache_dir.string()});
   }
 
+  // A torn last line (a kill mid-write) is skipped by read_jsonl and cut by the writer; a line
+  // without a key or a timing is skipped too: that baseline is simply measured again.
   void load_baselines() {
-    const auto text = read_file(config.work_dir / "baselines.jsonl");
-    if (!text) return;
-    std::istringstream lines(*text);
-    std::string line;
-    while (std::getline(lines, line)) {
+    for (const auto& line : log::read_jsonl(config.work_dir / "baselines.jsonl")) {
+      const json::value* key = line.if_contains("key");
+      const json::value* timing = line.if_contains("ref_runtime");
+      if (key == nullptr || !key->is_string() || timing == nullptr) continue;
       try {
-        const auto v = core::parse_json(line).as_object();
-        baselines[string_or(v, "key")] = json::value_to<core::TimingStats>(v.at("ref_runtime"));
+        baselines[std::string(key->get_string())] = json::value_to<core::TimingStats>(*timing);
       } catch (const std::exception&) {
-        // a torn last line after a crash: that baseline is simply measured again
       }
+    }
+  }
+
+  // Called with `mu` held. A baselines file that cannot be written costs only the cache's
+  // persistence: the timing stays cached in memory and the result is unaffected.
+  void append_baseline_locked(const std::string& key, const std::string& problem, const std::string& device,
+                              const core::TimingStats& timing) {
+    try {
+      if (!baseline_log) baseline_log = std::make_unique<log::JsonlWriter>(config.work_dir / "baselines.jsonl");
+      baseline_log->write(json::object{
+          {"key", key}, {"problem", problem}, {"device", device}, {"ref_runtime", json::value_from(timing)}});
+      baseline_log->flush();
+    } catch (const std::exception&) {
     }
   }
 
@@ -370,11 +374,9 @@ struct LocalEvaluator::Impl {
     const auto line = lane.proc->read_line(deadline);
     try {
       if (!line) throw core::Error(lane.proc->timed_out() ? "timed out" : "exited");
-      const auto hello = core::parse_json(*line).as_object();
-      if (string_or(hello, "event") != "ready" || number_or(hello, "protocol", 0) != kWorkerProtocol)
-        throw core::Error("unexpected greeting " + *line);
-      lane.torch_version = string_or(hello, "torch");
-      lane.timing_method = string_or(hello, "timing");
+      const WorkerReady ready = read_ready(*line);
+      lane.torch_version = ready.torch;
+      lane.timing_method = ready.timing;
       lane.pid = lane.proc->pid();
     } catch (const std::exception& e) {
       why = fmt::format("worker {} did not start ({}); see {}", lane.name, e.what(), o.stderr_path.string());
@@ -387,14 +389,16 @@ struct LocalEvaluator::Impl {
     return true;
   }
 
-  CallResult call(Lane& lane, json::object job, double timeout_s) {
+  // Sends one job line and waits for its reply line (the job's own timeout plus our grace). A
+  // reply that is not a JSON object means the worker's output channel is broken: the worker is
+  // lost. One that is an object is read against the protocol by the caller.
+  CallResult call(Lane& lane, const std::string& job_line, double timeout_s) {
     CallResult out;
     if (!ensure_worker(lane, out.detail)) {
       out.status = CallStatus::start_failed;
       return out;
     }
-    job["timeout_s"] = timeout_s;
-    if (!lane.proc->write_line(json::serialize(job))) {
+    if (!lane.proc->write_line(job_line)) {
       out.status = CallStatus::lost;
       out.detail = "worker stopped reading";
       lane.proc->kill();
@@ -476,7 +480,7 @@ struct LocalEvaluator::Impl {
       }
     }
     if (lane.proc) {
-      lane.proc->write_line(R"({"op":"shutdown"})");
+      lane.proc->write_line(write_shutdown_job());
       lane.proc->kill();
     }
   }
@@ -488,7 +492,7 @@ struct LocalEvaluator::Impl {
     k["platform"] = core::to_string(config.platform);
     k["torch"] = lane.torch_version;
     k["arch"] = config.cuda_arch;
-    k["protocol"] = kWorkerProtocol;
+    k["protocol"] = kWorkerProtocolVersion;
     // Accelerated and plain builds compile to the same thing but not through the same files
     // (ninja records the shadow headers and the PCH's forwarding header as dependencies), so
     // each setting has build directories of its own; that also keeps A/B comparisons honest.
@@ -506,9 +510,9 @@ struct LocalEvaluator::Impl {
     const fs::path record = job->build_dir / "compile.json";
     {
       std::unique_lock lock(mu);
-      if (auto cached = read_file(record)) {
+      if (auto cached = read_compile_record(record)) {
         ++stats.compile_cache_hits;
-        const bool failed = route_after_compile_locked(job, core::parse_json(*cached).as_object());
+        const bool failed = route_after_compile_locked(job, *cached);
         lock.unlock();
         if (failed) finish(job);
         return;
@@ -523,44 +527,50 @@ struct LocalEvaluator::Impl {
     }
     fs::create_directories(job->build_dir);
     write_file_atomically(job->build_dir / "candidate.py", job->req.candidate_source);
-    json::object request{{"op", "compile"},
-                         {"job_id", job->job_id},
-                         {"candidate_path", (job->build_dir / "candidate.py").string()},
-                         {"build_dir", job->build_dir.string()},
-                         {"language", core::to_string(job->req.language)},
-                         {"log_path", (job->build_dir / "compile.log").string()},
-                         {"limits", limits_json(true)}};
+    CompileJob request = compile_job_for(job->req);
+    request.job_id = job->job_id;
+    request.candidate_path = job->build_dir / "candidate.py";
+    request.build_dir = job->build_dir;
+    request.log_path = job->build_dir / "compile.log";
+    request.limits = limits_for(true);
     // A build with its binding file beside nvcc's two front ends keeps about three cores busy.
     const int in_flight = ++compiles_in_flight;
-    const bool binding_early = 3 * in_flight <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (config.compile_pch || config.compile_light_headers)
-      request["fast_build"] = json::object{{"pch", config.compile_pch},
-                                           {"light_headers", config.compile_light_headers},
-                                           {"parallel_passes", config.compile_parallel_passes},
-                                           {"binding_early", binding_early},
-                                           {"dir", config.compile_cache_dir.string()}};
+    request.fast_build = {.pch = config.compile_pch,
+                          .light_headers = config.compile_light_headers,
+                          .parallel_passes = config.compile_parallel_passes,
+                          .binding_early = 3 * in_flight <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                          .dir = config.compile_cache_dir};
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return stopping || (runs_waiting == 0 && runs_active == 0); });
       ++active_compiles;
     }
-    const CallResult c = call(lane, request, job->req.options.compile_timeout_s);
+    const auto started = Clock::now();
+    const CallResult c = call(lane, write_job(request), request.timeout_s);
     --compiles_in_flight;
     if (exclusive_cpu()) {
       std::lock_guard lock(mu);
       --active_compiles;
       cv.notify_all();
     }
-    json::object reply;
+    CompileReply reply;
+    reply.job_id = job->job_id;
+    reply.compile_s = reply.wall_s = std::chrono::duration<double>(Clock::now() - started).count();
     bool cacheable = false;
     if (c.status == CallStatus::ok) {
-      reply = c.reply;
-      const auto category = category_of(reply);
-      cacheable = string_or(reply, "status") == "ok" || category == ErrorCategory::compile ||
-                  category == ErrorCategory::format;
+      try {
+        reply = read_compile_reply(c.reply, job->job_id);
+        // Verdicts about the source are kept; others (a timeout on a busy machine, a crash) may
+        // not happen again.
+        cacheable = reply.ok() || reply.error_category == ErrorCategory::compile ||
+                    reply.error_category == ErrorCategory::format;
+      } catch (const WorkerProtocolError& e) {
+        reply.error_category = ErrorCategory::internal;
+        reply.error_message = e.what();
+      }
     } else if (c.status == CallStatus::timeout) {
-      reply = {{"status", "failed"}, {"error_category", "timeout"},
-               {"error_message", fmt::format("compile stage ran past its {:.0f} s limit", job->req.options.compile_timeout_s)}};
+      reply.error_category = ErrorCategory::timeout;
+      reply.error_message = fmt::format("compile stage ran past its {:.0f} s limit", request.timeout_s);
     } else if (c.status == CallStatus::lost) {
       std::vector<JobPtr> waiters;
       {
@@ -573,9 +583,10 @@ struct LocalEvaluator::Impl {
       if (!retry(job, true)) fail(job, ErrorCategory::internal, "the compile worker died twice under this job");
       return;
     } else {
-      reply = {{"status", "failed"}, {"error_category", "internal"}, {"error_message", c.detail}};
+      reply.error_category = ErrorCategory::internal;
+      reply.error_message = c.detail;
     }
-    if (cacheable) write_file_atomically(record, json::serialize(reply));
+    if (cacheable) write_file_atomically(record, write_compile_reply(reply));
     std::vector<JobPtr> failed;
     {
       std::lock_guard lock(mu);
@@ -589,6 +600,20 @@ struct LocalEvaluator::Impl {
     for (auto& w : failed) finish(w);
   }
 
+  // The outcome a build directory keeps; none when there is no record yet, or one this version
+  // cannot read (it is then built again, and the record replaced).
+  static std::optional<CompileReply> read_compile_record(const fs::path& record) {
+    try {
+      const auto text = core::read_file_if_exists(record);
+      if (!text) return std::nullopt;
+      return read_compile_reply(*text, "");
+    } catch (const WorkerProtocolError&) {
+      return std::nullopt;
+    } catch (const core::ConfigError&) {  // unreadable: built again
+      return std::nullopt;
+    }
+  }
+
   // Called with `mu` held: the jobs that waited on the build of `key`; the build is no longer in flight.
   std::vector<JobPtr> take_waiters_locked(const std::string& key) {
     auto node = compiling.extract(key);
@@ -597,32 +622,22 @@ struct LocalEvaluator::Impl {
 
   // Called with `mu` held: queues the run and returns false, or records the compile failure and
   // returns true (the caller finishes the job once the lock is released).
-  bool route_after_compile_locked(const JobPtr& job, const json::object& reply) {
-    job->result.stage_seconds["compile"] = number_or(reply, "compile_s", 0.0);
-    // What the compile accelerations did ("pch": "used", "light_headers": "minimal", ...).
-    if (const auto* m = reply.if_contains("metadata"); m != nullptr && m->is_object())
-      for (const auto& [k, v] : m->get_object())
-        if (v.is_string()) job->result.metadata["compile_" + std::string(k)] = std::string(v.get_string());
-    if (string_or(reply, "status") == "ok") {
-      job->result.compiled = true;
+  bool route_after_compile_locked(const JobPtr& job, const CompileReply& reply) {
+    if (apply_compile_reply(reply, job->result)) {
       run_queue.push_back(job);
       cv.notify_all();
       return false;
     }
-    job->result.compiled = false;
-    job->result.error_category = category_of(reply);
-    job->result.error_message = string_or(reply, "error_message");
-    if (job->result.error_category == ErrorCategory::format) job->result.format_ok = false;
     return true;
   }
 
-  json::object limits_json(bool compile) const {
-    json::object l;
-    l["file_size_bytes"] = config.limits.file_size_bytes;
-    if (config.platform == core::DevicePlatform::cpu || compile)
-      l["address_space_bytes"] = config.limits.address_space_bytes;
-    l["processes"] = config.limits.processes;
-    if (compile && config.compile_nice > 0) l["nice"] = config.compile_nice;
+  WorkerLimits limits_for(bool compile) const {
+    WorkerLimits l;
+    l.file_size_bytes = config.limits.file_size_bytes;
+    // GPU runtimes reserve huge address ranges: GPU runs get no address-space limit.
+    if (config.platform == core::DevicePlatform::cpu || compile) l.address_space_bytes = config.limits.address_space_bytes;
+    l.processes = config.limits.processes;
+    if (compile) l.nice = config.compile_nice;
     return l;
   }
 
@@ -630,7 +645,7 @@ struct LocalEvaluator::Impl {
     const auto& o = job.req.options;
     return core::sha256_hex(fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", job.req.problem.content_hash, lane.device_name,
                                         lane.torch_version, core::to_string(job.req.precision), o.warmup_runs,
-                                        o.timing_trials, kWorkerProtocol, lane.timing_method));
+                                        o.timing_trials, kWorkerProtocolVersion, lane.timing_method));
   }
 
   void run_stage(Lane& lane, const JobPtr& job) {
@@ -648,27 +663,16 @@ struct LocalEvaluator::Impl {
       }
     }
     const fs::path log = config.work_dir / "logs" / (job->job_id + ".run.log");
-    json::object request{{"op", "run"},
-                         {"job_id", job->job_id},
-                         {"problem_path", job->problem_path.string()},
-                         {"candidate_path", (job->build_dir / "candidate.py").string()},
-                         {"build_dir", job->build_dir.string()},
-                         {"log_path", log.string()},
-                         {"device", lane.device},
-                         {"precision", core::to_string(job->req.precision)},
-                         {"seed", job->seed},
-                         {"correctness_trials", opt.correctness_trials},
-                         {"timing_trials", opt.timing_trials},
-                         {"warmup_runs", opt.warmup_runs},
-                         {"measure_performance", opt.measure_performance},
-                         {"time_reference", opt.measure_performance && !cached_baseline},
-                         {"input_families", opt.input_families},
-                         {"kernelbench_inputs", opt.kernelbench_inputs},
-                         {"limits", limits_json(false)}};
-    // The tolerances the prompt states (core::default_tolerance) are the ones the checker applies.
-    const core::Tolerance tolerance = core::default_tolerance(job->req.precision);
-    request["atol"] = opt.atol.value_or(tolerance.atol);
-    request["rtol"] = opt.rtol.value_or(tolerance.rtol);
+    RunJob request = run_job_for(job->req);
+    request.job_id = job->job_id;
+    request.problem_path = job->problem_path;
+    request.candidate_path = job->build_dir / "candidate.py";
+    request.build_dir = job->build_dir;
+    request.log_path = log;
+    request.device = lane.device;
+    request.seed = job->seed;
+    request.time_reference = request.measure_performance && !cached_baseline;
+    request.limits = limits_for(false);
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
       ++runs_waiting;
@@ -677,7 +681,7 @@ struct LocalEvaluator::Impl {
       ++runs_active;
     }
     const auto run_started = Clock::now();
-    const CallResult c = call(lane, request, opt.run_timeout_s);
+    const CallResult c = call(lane, write_job(request), request.timeout_s);
     if (exclusive_cpu()) {
       std::lock_guard lock(mu);
       --runs_active;
@@ -694,52 +698,33 @@ struct LocalEvaluator::Impl {
       return;
     }
     if (c.status == CallStatus::timeout)
-      return fail(job, ErrorCategory::timeout, fmt::format("run stage ran past its {:.0f} s limit", opt.run_timeout_s));
+      return fail(job, ErrorCategory::timeout, fmt::format("run stage ran past its {:.0f} s limit", request.timeout_s));
     if (c.status == CallStatus::start_failed) return fail(job, ErrorCategory::internal, c.detail);
-    const json::object& reply = c.reply;
-    r.compiled = bool_or(reply, "compiled", r.compiled);
-    r.correct = bool_or(reply, "correct", false);
-    r.correct_on_problem_inputs = bool_or(reply, "correct_on_problem_inputs", false);
-    if (const auto* f = reply.if_contains("input_families"); f != nullptr && f->is_object())
-      r.input_families = json::value_to<core::InputFamilies>(*f);
-    r.trials_passed = static_cast<int>(number_or(reply, "trials_passed", 0));
-    r.trials_total = static_cast<int>(number_or(reply, "trials_total", 0));
-    if (reply.contains("max_abs_error")) r.max_abs_error = number_or(reply, "max_abs_error", 0);
-    if (reply.contains("max_rel_error")) r.max_rel_error = number_or(reply, "max_rel_error", 0);
-    r.device = string_or(reply, "device", lane.device);
-    if (const auto* s = reply.if_contains("stage_seconds"); s != nullptr && s->is_object())
-      for (const auto& [k, v] : s->get_object())
-        if (v.is_number()) r.stage_seconds[std::string(k)] = v.to_number<double>();
-    r.runtime = timing_of(reply, "runtime");
-    // What the timing noticed ("outside_stream_runs": "3 of 100, 0.0213 ms each", ...).
-    if (const auto* m = reply.if_contains("metadata"); m != nullptr && m->is_object())
-      for (const auto& [k, v] : m->get_object())
-        if (v.is_string()) r.metadata["timing_" + std::string(k)] = std::string(v.get_string());
-    r.ref_runtime = cached_baseline ? cached_baseline : timing_of(reply, "ref_runtime");
+    RunReply reply;
+    try {
+      reply = read_run_reply(c.reply, job->job_id);
+    } catch (const WorkerProtocolError& e) {
+      r.metadata["log"] = log.string();
+      return fail(job, ErrorCategory::internal, e.what());
+    }
+    r.device = lane.device;  // unless the child reports the device's name
+    apply_run_reply(reply, r);
+    if (cached_baseline) r.ref_runtime = cached_baseline;
     if (lane.device_name.empty() && !r.device.empty()) lane.device_name = r.device;
     // A reference timing noisier than its own mean (a busy machine) is used once, not cached.
     if (!cached_baseline && r.ref_runtime && config.baseline_cache && r.ref_runtime->std_ms <= r.ref_runtime->mean_ms) {
       bkey = baseline_key(lane, *job);
       std::lock_guard lock(mu);
-      if (baselines.emplace(bkey, *r.ref_runtime).second) {
-        std::ofstream out(config.work_dir / "baselines.jsonl", std::ios::app);
-        out << json::serialize(json::object{{"key", bkey},
-                                            {"problem", job->req.problem.id},
-                                            {"device", lane.device_name},
-                                            {"ref_runtime", json::value_from(*r.ref_runtime)}})
-            << "\n";
-      }
+      if (baselines.emplace(bkey, *r.ref_runtime).second)
+        append_baseline_locked(bkey, job->req.problem.id, lane.device_name, *r.ref_runtime);
     }
-    if (string_or(reply, "status") == "ok" && r.correct) {
-      r.error_category = ErrorCategory::none;
+    if (r.error_category == ErrorCategory::none) {
       if (!config.keep_logs) fs::remove(log);
-      finish(job);
-      return;
+    } else {
+      r.metadata["log"] = log.string();
     }
-    r.metadata["log"] = log.string();
-    fail(job, category_of(reply), string_or(reply, "error_message"));
+    finish(job);
   }
-
 };
 
 LocalEvaluator::LocalEvaluator(LocalEvaluatorConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {

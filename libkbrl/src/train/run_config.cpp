@@ -97,6 +97,7 @@ std::string to_text(const std::vector<int>& v) {
 
 struct Entry {
   std::string key, doc;
+  std::vector<std::string> aliases;  // earlier names, still read
   std::function<std::string(const RunConfig&)> get;
   // Sets the value; returns an error text ("expected ...", or the check's) or empty.
   std::function<std::string(RunConfig&, const YAML::Node&)> set;
@@ -177,6 +178,64 @@ Check<std::string> device_name() {
   };
 }
 
+// A YAML value as the evaluator settings take it; nullopt for nested structures.
+std::optional<eval::SettingValue> setting_value(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return eval::SettingValue();
+  if (n.IsScalar()) return eval::SettingValue(n.Scalar());
+  if (n.IsSequence()) {
+    std::vector<std::string> items;
+    for (const auto& item : n) {
+      if (!item.IsScalar()) return std::nullopt;
+      items.push_back(item.Scalar());
+    }
+    return eval::SettingValue(std::move(items));
+  }
+  if (n.IsMap()) {
+    std::map<std::string, std::string> entries;
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar() || !kv.second.IsScalar()) return std::nullopt;
+      entries[kv.first.Scalar()] = kv.second.Scalar();
+    }
+    return eval::SettingValue(std::move(entries));
+  }
+  return std::nullopt;
+}
+
+std::string yaml_text(const eval::Setting& s, const eval::SettingValue& v) {
+  using T = eval::SettingType;
+  const bool strings = s.type == T::text || s.type == T::path || s.type == T::choice || s.type == T::severity_map;
+  const auto item = [&](const std::string& x) { return strings ? yaml_scalar(x) : x; };
+  if (const auto* x = std::get_if<std::string>(&v)) return item(*x);
+  if (const auto* l = std::get_if<std::vector<std::string>>(&v)) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < l->size(); ++i) out += (i ? ", " : "") + item((*l)[i]);
+    return out + "]";
+  }
+  if (const auto* m = std::get_if<std::map<std::string, std::string>>(&v)) {
+    std::string out = "{";
+    for (const auto& [k, x] : *m) out += (out.size() > 1 ? ", " : "") + yaml_scalar(k) + ": " + item(x);
+    return out + "}";
+  }
+  return "null";
+}
+
+// evaluator.<key>: one of the evaluator settings (eval/settings.hpp), which owns its type,
+// default and checks.
+Entry evaluator_entry(const eval::Setting& setting) {
+  const eval::Setting* s = &setting;  // an element of the static table: lives as long as the program
+  Entry e;
+  e.key = "evaluator." + s->key;
+  for (const auto& a : s->aliases) e.aliases.push_back("evaluator." + a);
+  e.doc = s->help + " (kbrl-eval: `--" + s->flag + "`)";
+  e.get = [s](const RunConfig& c) { return yaml_text(*s, s->get(c.evaluator)); };
+  e.set = [s](RunConfig& c, const YAML::Node& n) -> std::string {
+    const auto v = setting_value(n);
+    if (!v) return "expected a value, a list or a map of values";
+    return s->set(c.evaluator, *v);
+  };
+  return e;
+}
+
 const std::vector<Entry>& schema() {
   static const std::vector<Entry> entries = [] {
     std::vector<std::string> templates = prompt::renderer_names();
@@ -224,16 +283,7 @@ const std::vector<Entry>& schema() {
     e.push_back(field("sampling.top_k", &R::sampling, &SamplingSection::top_k, "top-k sampling (0: off)", at_least(0)));
     e.push_back(field("sampling.groups_per_call", &R::sampling, &SamplingSection::groups_per_call,
                       "groups sampled in one batch (x group_size rows); a chunk's evaluations start as soon as it is sampled", at_least(1)));
-    e.push_back(field("evaluator.device", &R::evaluator, &EvaluatorSection::device, "where kernels run", one_of({"cpu", "cuda", "hip"})));
-    e.push_back(field("evaluator.gpus", &R::evaluator, &EvaluatorSection::gpus, "GPU indices for evaluation (empty: GPU 0)"));
-    e.push_back(field("evaluator.workers", &R::evaluator, &EvaluatorSection::workers, "parallel builds (0: one per core)", at_least(0)));
-    e.push_back(field("evaluator.correctness_trials", &R::evaluator, &EvaluatorSection::correctness_trials, "correctness trials per candidate", at_least(1)));
-    e.push_back(field("evaluator.timing_trials", &R::evaluator, &EvaluatorSection::timing_trials, "timed runs per candidate", at_least(1)));
-    e.push_back(field("evaluator.warmup_runs", &R::evaluator, &EvaluatorSection::warmup_runs, "runs before timing", at_least(0)));
-    e.push_back(field("evaluator.compile_timeout_s", &R::evaluator, &EvaluatorSection::compile_timeout_s, "seconds a build may take", positive()));
-    e.push_back(field("evaluator.run_timeout_s", &R::evaluator, &EvaluatorSection::run_timeout_s, "seconds checks and timing may take", positive()));
-    e.push_back(field("evaluator.sandbox", &R::evaluator, &EvaluatorSection::sandbox, "bubblewrap around the workers where it is installed"));
-    e.push_back(field("evaluator.work_dir", &R::evaluator, &EvaluatorSection::work_dir, "build cache and logs (empty: <log_path>/eval_work)"));
+    for (const auto& setting : eval::evaluator_settings()) e.push_back(evaluator_entry(setting));
     e.push_back(field("env.multi_turn", &R::env, &EnvSection::multi_turn, "refinement episodes with feedback (MultiTurnKernelBenchEnv)"));
     e.push_back(field("env.max_turns", &R::env, &EnvSection::max_turns, "attempts per multi-turn episode", at_least(1)));
     e.push_back(field("env.early_stop", &R::env, &EnvSection::early_stop, "end an episode at its first correct kernel"));
@@ -281,7 +331,7 @@ const std::map<std::string, std::string>& retired_keys() {
 
 const Entry* find_entry(const std::string& key) {
   for (const auto& e : schema())
-    if (e.key == key) return &e;
+    if (e.key == key || std::find(e.aliases.begin(), e.aliases.end(), key) != e.aliases.end()) return &e;
   return nullptr;
 }
 
@@ -489,12 +539,16 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
   if (c.log_path.empty())
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "log_path", "is required (the run directory); add log_path=<dir>");
   if (c.train.max_steps_off_policy < 0) throw core::ConfigError("config", "train.max_steps_off_policy", "must not be negative");
-  if (c.prompt.language == "cpp" && c.evaluator.device != "cpu")
+  const std::string device(core::to_string(c.evaluator.local.platform));
+  if (c.prompt.language == "cpp" && device != "cpu")
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
-                            fmt::format("cpp kernels run on the cpu evaluator, not {}", c.evaluator.device));
-  if ((c.prompt.language == "cuda" && c.evaluator.device != "cuda") || (c.prompt.language == "hip" && c.evaluator.device != "hip"))
+                            fmt::format("cpp kernels run on the cpu evaluator, not {}", device));
+  if ((c.prompt.language == "cuda" && device != "cuda") || (c.prompt.language == "hip" && device != "hip"))
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
                             fmt::format("{} kernels need evaluator.device={}", c.prompt.language, c.prompt.language));
+  // evaluator.static_check_config is read now (an error names that file), not after the model has
+  // loaded.
+  if (!c.evaluator.static_check_config.empty()) eval::local_evaluator_config(c.evaluator);
   return c;
 }
 
@@ -539,7 +593,9 @@ std::string config_reference_markdown() {
   std::string out = "| key | default | meaning |\n|---|---|---|\n";
   for (const auto& e : schema()) {
     std::string d = e.get(defaults);
-    out += fmt::format("| `{}` | `{}` | {} |\n", e.key, d, e.doc);
+    std::string doc;  // a '|' would end the cell
+    for (char ch : e.doc) doc += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    out += fmt::format("| `{}` | `{}` | {} |\n", e.key, d, doc);
   }
   out += "| `reward` | `stage1` | a preset name or a reward object (docs/rewards.md); `reward.<field>=...` edits one field |\n";
   // The reward's own fields are documented in docs/rewards.md; these two also drive training.

@@ -66,7 +66,9 @@ struct LocalEvaluatorConfig {
 
 // The interpreter from KBRL_PYTHON, else the one the build was configured with, else python3.
 std::string default_python();
-// KBRL_WORKER_SCRIPT, else the installed worker, else the one in the source tree.
+// KBRL_WORKER_SCRIPT, else the worker installed beside the running program or shared libkbrl
+// (<prefix>/share/kbrl/), else the one installed at the configured prefix, else the one in the
+// source tree.
 std::filesystem::path default_worker_script();
 // KBRL_WORK_DIR, else $XDG_CACHE_HOME/kbrl, else ~/.cache/kbrl.
 std::filesystem::path default_work_dir();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kbrl/dataset/filter.hpp"
+#include "kbrl/eval/settings.hpp"
 #include "kbrl/reward/config.hpp"
 
 namespace kbrl::train {
@@ -56,18 +57,6 @@ struct SamplingSection {
   int top_k = 0;
   int groups_per_call = 4;  // groups sampled together (x group_size rows); each chunk's evaluations start when it is sampled
 };
-struct EvaluatorSection {
-  std::string device = "cpu";
-  std::vector<int> gpus;
-  int workers = 0;  // parallel builds; 0: one per core
-  int correctness_trials = 5;
-  int timing_trials = 20;
-  int warmup_runs = 3;
-  double compile_timeout_s = 600;
-  double run_timeout_s = 300;
-  bool sandbox = true;
-  std::string work_dir;  // empty: <log_path>/eval_work
-};
 struct EnvSection {
   bool multi_turn = false;
   int max_turns = 4;
@@ -101,7 +90,8 @@ struct RunConfig {
   DatasetSection dataset;
   PromptSection prompt;
   SamplingSection sampling;
-  EvaluatorSection evaluator;
+  // The evaluator's settings (eval/settings.hpp): the `evaluator.*` keys, kbrl-train's defaults.
+  eval::EvaluatorSettings evaluator = eval::default_evaluator_settings(eval::SettingsProfile::training);
   EnvSection env;
   TrainSection train;
   reward::RewardConfig reward = reward::RewardConfig::preset("stage1");

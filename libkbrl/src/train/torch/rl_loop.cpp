@@ -270,14 +270,9 @@ model::LoraConfig lora_config(const RunConfig& config) {
   return lc;
 }
 
-eval::LocalEvaluatorConfig local_evaluator_config(const RunConfig& config) {
-  eval::LocalEvaluatorConfig ec;
-  ec.platform = core::parse_device_platform(config.evaluator.device);
-  ec.devices = config.evaluator.gpus;
-  ec.compile_workers = config.evaluator.workers;
-  ec.sandbox = config.evaluator.sandbox ? eval::SandboxMode::automatic : eval::SandboxMode::off;
-  ec.work_dir = config.evaluator.work_dir.empty() ? fs::path(config.log_path) / "eval_work"
-                                                  : fs::path(config.evaluator.work_dir);
+eval::LocalEvaluatorConfig run_evaluator_config(const RunConfig& config) {
+  eval::LocalEvaluatorConfig ec = eval::local_evaluator_config(config.evaluator);
+  if (ec.work_dir.empty()) ec.work_dir = fs::path(config.log_path) / "eval_work";  // a run keeps its builds beside it
   return ec;
 }
 
@@ -299,11 +294,7 @@ env::DatasetOptions dataset_options(const RunConfig& config, const reward::Rewar
   e.prompt.one_shot = config.prompt.one_shot;
   e.prompt.thinking_instruction = config.prompt.thinking;
   e.prompt.hardware = config.prompt.hardware;
-  e.eval.correctness_trials = config.evaluator.correctness_trials;
-  e.eval.timing_trials = config.evaluator.timing_trials;
-  e.eval.warmup_runs = config.evaluator.warmup_runs;
-  e.eval.compile_timeout_s = config.evaluator.compile_timeout_s;
-  e.eval.run_timeout_s = config.evaluator.run_timeout_s;
+  e.eval = config.evaluator.options;
   e.reward = config.reward;
   e.registry = &registry;
   e.max_turns = config.env.max_turns;
@@ -336,7 +327,7 @@ RlLoopResult run_rl_loop(const RunConfig& config, const RlLoopOptions& options, 
   Policy policy(policy_options(config));
   if (!config.lora.init_adapter.empty()) policy.load_lora(config.lora.init_adapter);
   else policy.attach_lora(lora_config(config));
-  eval::LocalEvaluator evaluator(local_evaluator_config(config));
+  eval::LocalEvaluator evaluator(run_evaluator_config(config));
   return run_rl_loop(config, policy, evaluator, dataset, options);
 }
 
