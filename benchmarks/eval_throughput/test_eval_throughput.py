@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import textwrap
 from pathlib import Path
@@ -418,12 +419,18 @@ def test_cpu_sampler():
     """kb_runner.py cpu-sampler prints the share of all cores busy, a percentage, until killed."""
     proc = subprocess.Popen([sys.executable, str(HERE / "kb_runner.py"), "cpu-sampler", "--interval", "0.2"],
                             stdout=subprocess.PIPE, text=True)
-    burn_until = time.time() + 1.0
-    while time.time() < burn_until:  # keep one core busy meanwhile
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    # Keep one core busy until three samples are out (its start-up alone can take a second on a
+    # loaded machine), or 30 s have passed.
+    give_up = time.time() + 30.0
+    while time.time() < give_up and sum("," in line for line in lines) < 3:
         pass
     proc.terminate()
-    out, _ = proc.communicate(timeout=10)
-    values = [float(line.split(",")[1]) for line in out.splitlines() if "," in line]
+    proc.wait(timeout=10)
+    reader.join(timeout=10)
+    values = [float(line.split(",")[1]) for line in lines if "," in line]
     check(len(values) >= 3 and all(0.0 <= v <= 100.0 for v in values) and max(values) > 0.0,
           "cpu-sampler prints percentages, some of them above zero: {}".format(values))
 

@@ -132,7 +132,13 @@ RewardConfig RewardConfig::from_json(const json::value& jv, std::string_view whe
 
 RewardConfig RewardConfig::from_json_text(std::string_view text, std::string_view where,
                                           const RewardRegistry& registry) {
-  return from_json(core::JsonReader(std::string(where)).parse(text), where, registry);
+  json::value jv;
+  try {
+    jv = core::parse_json(text);
+  } catch (const core::InvalidArgument& e) {
+    throw core::ConfigError(std::string(where), "", e.what());
+  }
+  return from_json(jv, where, registry);
 }
 
 RewardConfig RewardConfig::load(const std::filesystem::path& path, const RewardRegistry& registry) {
