@@ -1,6 +1,7 @@
 // `kbrl-eval model`'s sampling half (a torch translation unit of its own, so the rest of
 // kbrl-eval builds without libtorch): answers of a checkpoint (optionally with a LoRA adapter)
-// to the task prompts, written where `kbrl-eval generations` reads candidates.
+// to the task prompts, written where `kbrl-eval generations` reads candidates. The checkpoint is
+// a train::Policy, as in kbrl-train: the same chat template, stop tokens and decoding.
 #pragma once
 
 #include <cstdint>

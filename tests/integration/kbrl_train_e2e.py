@@ -5,6 +5,13 @@ training write every output file; a run killed with SIGKILL in the middle resume
 metrics show each step exactly once; TensorBoard's own reader finds our scalars and histograms;
 `kbrl-train runs` / `status` report the runs' states.
 
+Resume is checked against an uninterrupted run of the same config and seed (on the CPU a step is
+deterministic: same samples, rewards, advantages, losses and weights): the SIGKILLed run, and a
+run put in the exact file state of a kill between a step's metrics line and its checkpoint line
+(the redo path, which a kill at a random moment hits only by chance), must end with the same
+per-step metrics (time/* aside), traces and checkpoint files (byte for byte; the optimizer's
+tensors one by one, without the random generators' states).
+
     kbrl_train_e2e.py --train <kbrl-train> --source <repo> --work <scratch dir>
 """
 import argparse
@@ -75,6 +82,83 @@ def check_outputs(log_path, steps, multi_turn):
     check(os.path.isdir(tb) and any(f.startswith("events.out.tfevents") for f in os.listdir(tb)),
           f"{name}: TensorBoard event file")
     return metrics
+
+
+def deterministic_metrics(log_path):
+    """Each step's metrics without the time/* ones (wall clock)."""
+    return [{k: v for k, v in m.items() if not k.startswith("time/")}
+            for m in read_jsonl(os.path.join(log_path, "metrics.jsonl"))]
+
+
+def trace_keys(log_path):
+    """What a step sampled and how it was scored (the evaluation's timings aside)."""
+    return [(t["step"], t["group"], t["sample"], t["turn"], t["completion"], t["reward"], t["advantage"])
+            for t in read_jsonl(os.path.join(log_path, "traces.jsonl"))]
+
+
+def checkpoint_files(log_path):
+    """checkpoints.jsonl's lines, and the bytes of every file of every checkpoint they name; the
+    optimizer file tensor by tensor without the generators' states (rng.*): libtorch seeds its CPU
+    generator at random in each process, and nothing in these runs draws from it."""
+    from safetensors.numpy import load_file
+    lines = read_jsonl(os.path.join(log_path, "checkpoints.jsonl"))
+    files = {}
+    for c in lines:
+        for key in ("state", "adapter"):
+            folder = os.path.join(log_path, c[key])
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                path = os.path.join(folder, name)
+                if name == "optimizer.safetensors":
+                    for tensor, value in load_file(path).items():
+                        if not tensor.startswith("rng."):
+                            files[f"{c[key]}/{name}:{tensor}"] = (value.dtype.str, value.shape, value.tobytes())
+                else:
+                    with open(path, "rb") as f:
+                        files[f"{c[key]}/{name}"] = f.read()
+    return lines, files
+
+
+def check_same_run(reference, other, what):
+    """`other` (interrupted and resumed) ends where the uninterrupted `reference` did."""
+    want, got = deterministic_metrics(reference), deterministic_metrics(other)
+    differ = [(m.get("step"), k, m.get(k), w.get(k)) for m, w in zip(got, want)
+              for k in sorted(set(m) | set(w)) if m.get(k) != w.get(k)]
+    same = len(got) == len(want) and not differ
+    check(same, f"{what}: per-step metrics equal the uninterrupted run's" +
+          ("" if same else f" ({len(got)} vs {len(want)} lines; first differences (step, key, got, want): {differ[:4]})"))
+    check(trace_keys(other) == trace_keys(reference), f"{what}: the same samples, rewards and advantages")
+    want_lines, want_files = checkpoint_files(reference)
+    got_lines, got_files = checkpoint_files(other)
+    check(got_lines == want_lines,
+          f"{what}: the same checkpoint lines" + ("" if got_lines == want_lines else f" ({got_lines} vs {want_lines})"))
+    check(len(want_files) >= 5 * len(want_lines), f"{what}: the reference's checkpoints hold their files")
+    differ = sorted(k for k in set(want_files) | set(got_files) if want_files.get(k) != got_files.get(k))
+    check(not differ, f"{what}: every checkpoint file (state, optimizer, adapters) byte for byte" +
+          (f" (differ: {differ[:4]})" if differ else ""))
+
+
+def cut_to_kill_before_checkpoint_line(log_path, step):
+    """The files of a run killed after `step`'s metrics line, before its checkpoint line: the
+    checkpoint folder of `step` is written (it comes first), its metrics and traces lines are
+    there, its checkpoint line and everything of later steps are not, and run.json still says
+    running. (The TensorBoard events of later steps stay: a resume does not read them.)"""
+    def keep(name, last):
+        path = os.path.join(log_path, name)
+        lines = [line for line in open(path) if line.strip() and json.loads(line)["step"] <= last]
+        with open(path, "w") as f:
+            f.writelines(lines)
+    keep("checkpoints.jsonl", step - 1)
+    keep("metrics.jsonl", step)
+    keep("traces.jsonl", step)
+    for c in read_jsonl(os.path.join(log_path, "checkpoints.jsonl")):
+        assert c["step"] < step
+    for name in os.listdir(os.path.join(log_path, "checkpoints")):
+        if int(name.split("_")[1]) > step + 1:
+            shutil.rmtree(os.path.join(log_path, "checkpoints", name))
+    run = json.load(open(os.path.join(log_path, "run.json")))
+    run["state"] = "running"
+    with open(os.path.join(log_path, "run.json"), "w") as f:
+        json.dump(run, f)
 
 
 def check_tensorboard(log_path, steps):
@@ -159,6 +243,31 @@ def main():
     check(sorted({t["step"] for t in traces}) == [0, 1, 2], "resumed run: traces of each step")
     check(len([t for t in traces if t["step"] == 1 and t["turn"] == 0]) == 8, "resumed run: step 1's traces once")
 
+    # The same run uninterrupted: what the resumed ones must have ended with.
+    straight = os.path.join(args.work, "runs", "straight")
+    r = run_train(args, straight, "dataset.max_steps=3")
+    check(r.returncode == 0, "uninterrupted run: kbrl-train exits 0")
+    if r.returncode == 0:
+        check_same_run(straight, killed, "SIGKILLed and resumed run")
+
+        # The redo path on purpose: a copy of the uninterrupted run cut back to a kill between step
+        # 1's metrics line and its checkpoint line; the resume must drop step 1's lines and redo it.
+        redo = os.path.join(args.work, "runs", "redo")
+        shutil.copytree(straight, redo, ignore=shutil.ignore_patterns("eval_work", "run.lock"))
+        cut_to_kill_before_checkpoint_line(redo, 1)
+        check([m["step"] for m in read_jsonl(os.path.join(redo, "metrics.jsonl"))] == [0, 1] and
+              [c["step"] for c in read_jsonl(os.path.join(redo, "checkpoints.jsonl"))] == [0],
+              "redo: the files of the kill (metrics of steps 0 and 1, checkpoint line of step 0)")
+        r = subprocess.run([args.train, f"log_path={redo}"], capture_output=True, text=True, cwd=args.source,
+                           timeout=900)
+        if r.returncode != 0:
+            print(r.stderr[-5000:])
+        check(r.returncode == 0, "redo: the run resumes and finishes")
+        check("at step 1 of 3" in r.stderr, "redo: it resumes at step 1, the step without a checkpoint line")
+        check([m["step"] for m in read_jsonl(os.path.join(redo, "metrics.jsonl"))] == [0, 1, 2],
+              "redo: step 1's metrics once")
+        check_same_run(straight, redo, "redone run")
+
     # A reward term of the user's own (examples/custom_reward/train.cpp).
     if args.custom_train:
         custom = os.path.join(args.work, "runs", "custom")
@@ -180,7 +289,7 @@ def main():
 
     # Run management.
     runs = subprocess.run([args.train, "runs", os.path.join(args.work, "runs")], capture_output=True, text=True)
-    finished = 4 if args.custom_train else 3
+    finished = 6 if args.custom_train else 5
     check(runs.returncode == 0 and runs.stdout.count("finished") == finished,
           f"runs lists {finished} finished runs:\n{runs.stdout}")
 

@@ -71,7 +71,8 @@ TEST_CASE("core types survive a JSON round trip") {
   CHECK(round_trip(r) == r);
 
   Completion c{"<think>t</think>x", {1, 2, 3}, 3, true, "t", true, "class ModelNew: ...", true, true};
-  Transition t{{{"user", "hi"}}, {5, 6}, c, {-0.5f, -1.0f, -0.25f}, r, 0.75, true, {{"turn", 1.0}}};
+  RewardBreakdown b{0.75, 0.75, {{"format", 0.75}}, {{"format", 1.0}}, false, false};
+  Transition t{{{"user", "hi"}}, {5, 6}, c, {-0.5f, -1.0f, -0.25f}, r, 0.75, true, {{"turn", 1.0}}, "<|im_start|>user\nhi", b};
   Trajectory traj{"bundled/03_softmax", {t, t}};
   CHECK(round_trip(traj) == traj);
   CHECK(traj.total_reward() == 1.5);

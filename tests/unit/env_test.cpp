@@ -1,6 +1,6 @@
 // The environments with a scripted evaluator (results chosen by the test, requests recorded):
-// single and multi-turn episodes, the feedback prompt, advantages on hand-computed numbers, and
-// the dataset's batches. tests/integration/env_local_evaluator.cpp runs real evaluations.
+// single and multi-turn episodes, the feedback prompt and the dataset's batches (advantages:
+// train_data_processing_test.cpp). tests/integration/env_local_evaluator.cpp runs real evaluations.
 #include <fstream>
 #include <future>
 #include <set>
@@ -8,7 +8,6 @@
 
 #include "catch.hpp"
 #include "kbrl/core/error.hpp"
-#include "kbrl/env/advantages.hpp"
 #include "kbrl/env/dataset.hpp"
 #include "kbrl/env/kernelbench_env.hpp"
 
@@ -78,28 +77,6 @@ env::EnvOptions options() {
 }
 
 }  // namespace
-
-TEST_CASE("advantages are group-centered and per turn") {
-  const auto single = env::turn_advantages({{1.0}, {0.0}, {0.0}, {1.0}});
-  CHECK(single == std::vector<std::vector<double>>{{0.5}, {-0.5}, {-0.5}, {0.5}});
-  env::AdvantageOptions o;
-  o.std_normalize = true;
-  const auto normalized = env::turn_advantages({{1.0}, {0.0}, {0.0}, {1.0}}, o);
-  CHECK(normalized[0][0] == Catch::Approx(1.0).epsilon(1e-5));
-  CHECK(normalized[1][0] == Catch::Approx(-1.0).epsilon(1e-5));
-  // Returns with gamma 0.4: A [0.4, 1], B [0.5], C [0, 0, 0]. Turn 0: mean 0.3; turn 1 (A and C):
-  // mean 0.5; turn 2: C alone gets 0.
-  const auto multi = env::turn_advantages({{0.0, 1.0}, {0.5}, {0.0, 0.0, 0.0}});
-  REQUIRE(multi.size() == 3);
-  CHECK(multi[0][0] == Catch::Approx(0.1));
-  CHECK(multi[1][0] == Catch::Approx(0.2));
-  CHECK(multi[2][0] == Catch::Approx(-0.3));
-  CHECK(multi[0][1] == Catch::Approx(0.5));
-  CHECK(multi[2][1] == Catch::Approx(-0.5));
-  CHECK(multi[2][2] == 0.0);
-  CHECK(env::constant_group({{0.2, 0.1}, {0.2, 0.1}}));
-  CHECK_FALSE(env::constant_group({{0.2}, {0.3}}));
-}
 
 TEST_CASE("a single-turn env evaluates a program and scores it") {
   ScriptedEvaluator ev;
@@ -441,7 +418,7 @@ TEST_CASE("dataset batches depend only on the seed and the index") {
   o.batch_size = 3;
   o.group_size = 2;
   o.seed = 7;
-  env::KernelBenchDataset a(o, ev), b(o, ev);
+  env::KernelBenchDataset a(o), b(o);
   CHECK(a.eval_problems().size() == 2);
   CHECK(a.train_problems().size() == 8);
   CHECK(a.batches_per_epoch() == 2);
@@ -458,13 +435,19 @@ TEST_CASE("dataset batches depend only on the seed and the index") {
   bool differs = false;
   for (std::int64_t i = 0; i < 2; ++i) differs |= a.batch_problem_ids(i) != a.batch_problem_ids(i + 2);
   CHECK(differs);  // the next epoch is shuffled again
-  const auto builders = a.batch(5);
+  const auto builders = a.batch(5, ev);
   REQUIRE(builders.size() == 3);
   auto envs = builders[0]->make_envs();
   CHECK(envs.size() == 2);
+  // The envs evaluate through the evaluator the batch was made with.
+  ev.script = {correct(1.5)};
+  auto f = envs[0]->step(answer("    def forward(self, a, b):\n        return a + b"));
+  REQUIRE(ev.seen.size() == 1);
+  CHECK(ev.seen[0].request_id.rfind("b5/", 0) == 0);
+  CHECK(f.get().eval.speedup == 1.5);
   o.seed = 8;
-  env::KernelBenchDataset c(o, ev);
+  env::KernelBenchDataset c(o);
   CHECK(c.batch_problem_ids(0) != a.batch_problem_ids(0));
   o.batch_size = 0;
-  CHECK_THROWS_AS(env::KernelBenchDataset(o, ev), core::InvalidArgument);
+  CHECK_THROWS_AS(env::KernelBenchDataset(o), core::InvalidArgument);
 }

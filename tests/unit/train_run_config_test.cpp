@@ -97,6 +97,26 @@ TEST_CASE("errors name the place and the key") {
   CHECK(has(error_of(fs::path("/nonexistent/config.yaml"), {}), "no such file"));
 }
 
+TEST_CASE("the multi-turn discount has one owner: reward.multi_turn") {
+  const auto c = load_run_config(std::nullopt, {"log_path=x", "env.multi_turn=true", "reward.multi_turn.gamma=0.9",
+                                                "reward.multi_turn.form=max"});
+  // An edit of the default reward (stage1), not a reward of its own.
+  CHECK(c.reward.name == "stage1");
+  CHECK(c.reward.weights == reward::RewardConfig::preset("stage1").weights);
+  CHECK(c.reward.multi_turn.gamma == 0.9);
+  CHECK(c.reward.multi_turn.form == reward::ReturnForm::max);
+  CHECK(load_run_config(std::nullopt, {"log_path=x"}).reward.multi_turn.gamma == 0.4);
+  // The key it replaced says where the setting went, from an override and from a file.
+  const auto removed = error_of(std::nullopt, {"log_path=x", "env.gamma=0.5"});
+  CHECK(has(removed, "field 'env.gamma': was removed"));
+  CHECK(has(removed, "reward.multi_turn.gamma"));
+  const auto yaml = write_yaml("old_gamma.yaml", "log_path: runs/a\nenv:\n  multi_turn: true\n  gamma: 0.4\n");
+  const auto from_file = error_of(yaml, {});
+  CHECK(has(from_file, "old_gamma.yaml:4"));
+  CHECK(has(from_file, "reward.multi_turn.gamma"));
+  CHECK(has(train::config_reference_markdown(), "| `reward.multi_turn.gamma` | `0.4` |"));
+}
+
 TEST_CASE("the resolved config reads back equal") {
   const auto c = load_run_config(std::nullopt, {"log_path=runs/r", "seed=42", "lora.rank=16", "lora.alpha=8.5",
                                                 "dataset.include=[level1/1*, \"*relu*\"]", "dataset.exclude=level1/19_*",

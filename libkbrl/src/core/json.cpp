@@ -285,13 +285,35 @@ EvalResult tag_invoke(json::value_to_tag<EvalResult>, const json::value& jv) {
   return r;
 }
 
+void tag_invoke(json::value_from_tag, json::value& jv, const RewardBreakdown& b) {
+  jv = {{"total", b.total},
+        {"unclipped", b.unclipped},
+        {"terms", json::value_from(b.terms)},
+        {"values", json::value_from(b.values)},
+        {"zeroed_by_static_check", b.zeroed_by_static_check},
+        {"clipped", b.clipped}};
+}
+RewardBreakdown tag_invoke(json::value_to_tag<RewardBreakdown>, const json::value& jv) {
+  const auto& o = as_object(jv, "RewardBreakdown");
+  RewardBreakdown b;
+  read(o, "total", b.total);
+  read(o, "unclipped", b.unclipped);
+  read(o, "terms", b.terms);
+  read(o, "values", b.values);
+  read(o, "zeroed_by_static_check", b.zeroed_by_static_check);
+  read(o, "clipped", b.clipped);
+  return b;
+}
+
 void tag_invoke(json::value_from_tag, json::value& jv, const Transition& t) {
   jv = {{"observation", json::value_from(t.observation)},
         {"prompt_tokens", json::value_from(t.prompt_tokens)},
+        {"prompt_text", t.prompt_text},
         {"completion", json::value_from(t.completion)},
         {"logprobs", json::value_from(t.logprobs)},
         {"eval", opt(t.eval)},
         {"reward", t.reward},
+        {"breakdown", json::value_from(t.breakdown)},
         {"done", t.done},
         {"metrics", json::value_from(t.metrics)}};
 }
@@ -300,10 +322,12 @@ Transition tag_invoke(json::value_to_tag<Transition>, const json::value& jv) {
   Transition t;
   read(o, "observation", t.observation);
   read(o, "prompt_tokens", t.prompt_tokens);
+  read(o, "prompt_text", t.prompt_text);
   read(o, "completion", t.completion);
   read(o, "logprobs", t.logprobs);
   read(o, "eval", t.eval);
   read(o, "reward", t.reward);
+  read(o, "breakdown", t.breakdown);
   read(o, "done", t.done);
   read(o, "metrics", t.metrics);
   return t;

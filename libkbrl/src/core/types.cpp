@@ -119,6 +119,17 @@ std::vector<KernelLanguage> languages_for(DevicePlatform platform) {
   return {};
 }
 
+std::map<std::string, double> RewardBreakdown::metrics(std::string_view prefix) const {
+  std::map<std::string, double> m;
+  const std::string p(prefix);
+  m[p + "total"] = total;
+  m[p + "unclipped"] = unclipped;
+  m[p + "clipped"] = clipped ? 1.0 : 0.0;
+  m[p + "static_zeroed"] = zeroed_by_static_check ? 1.0 : 0.0;
+  for (const auto& [name, value] : terms) m[p + name] = value;
+  return m;
+}
+
 double Trajectory::total_reward() const noexcept {
   double sum = 0.0;
   for (const auto& t : transitions) sum += t.reward;

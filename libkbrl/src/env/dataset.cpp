@@ -11,8 +11,7 @@
 
 namespace kbrl::env {
 
-KernelBenchDataset::KernelBenchDataset(DatasetOptions options, eval::Evaluator& evaluator)
-    : options_(std::move(options)), evaluator_(evaluator) {
+KernelBenchDataset::KernelBenchDataset(DatasetOptions options) : options_(std::move(options)) {
   if (options_.problems.empty()) throw core::InvalidArgument("dataset: no problems");
   if (options_.batch_size < 1) throw core::InvalidArgument("dataset: batch_size must be at least 1");
   if (options_.group_size < 1) throw core::InvalidArgument("dataset: group_size must be at least 1");
@@ -55,18 +54,20 @@ std::vector<std::size_t> KernelBenchDataset::batch_indices(std::int64_t index) c
   return {begin, begin + options_.batch_size};
 }
 
-std::vector<std::unique_ptr<EnvGroupBuilder>> KernelBenchDataset::batch(std::int64_t index) const {
+std::vector<std::unique_ptr<EnvGroupBuilder>> KernelBenchDataset::batch(std::int64_t index,
+                                                                        eval::Evaluator& evaluator) const {
   std::vector<std::unique_ptr<EnvGroupBuilder>> out;
   for (const auto i : batch_indices(index))
-    out.push_back(std::make_unique<KernelBenchGroupBuilder>(train_[i], options_.env, evaluator_, options_.group_size,
+    out.push_back(std::make_unique<KernelBenchGroupBuilder>(train_[i], options_.env, evaluator, options_.group_size,
                                                             options_.multi_turn, fmt::format("b{}", index)));
   return out;
 }
 
-std::vector<std::unique_ptr<EnvGroupBuilder>> KernelBenchDataset::eval_builders(int group_size) const {
+std::vector<std::unique_ptr<EnvGroupBuilder>> KernelBenchDataset::eval_builders(int group_size,
+                                                                                eval::Evaluator& evaluator) const {
   std::vector<std::unique_ptr<EnvGroupBuilder>> out;
   for (const auto& p : eval_)
-    out.push_back(std::make_unique<KernelBenchGroupBuilder>(p, options_.env, evaluator_, group_size, options_.multi_turn,
+    out.push_back(std::make_unique<KernelBenchGroupBuilder>(p, options_.env, evaluator, group_size, options_.multi_turn,
                                                             "eval"));
   return out;
 }

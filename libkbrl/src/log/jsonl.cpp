@@ -145,20 +145,30 @@ std::vector<boost::json::object> read_last_jsonl(const fs::path& path, std::size
 }
 
 std::size_t filter_jsonl(const fs::path& path, const std::function<bool(const boost::json::object&)>& keep) {
-  if (!fs::exists(path)) return 0;
-  const auto lines = read_jsonl(path);
-  std::vector<const boost::json::object*> kept;
-  for (const auto& l : lines)
-    if (keep(l)) kept.push_back(&l);
-  if (kept.size() == lines.size()) return 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;
+  // Kept lines are copied as they were written: parsing a number and serializing it again can
+  // change its last digit, and a resumed run's earlier steps must read back as they were.
+  std::vector<std::string> kept;
+  std::size_t objects = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline after it: torn by a kill
+    const auto object = parse_line(line);
+    if (!object) continue;
+    ++objects;
+    if (keep(*object)) kept.push_back(std::move(line));
+  }
+  in.close();
+  if (kept.size() == objects) return 0;
   const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    for (const auto* l : kept) out << boost::json::serialize(*l) << '\n';
+    for (const auto& l : kept) out << l << '\n';
     if (!out) throw core::Error(fmt::format("cannot write {}", tmp.string()));
   }
   fs::rename(tmp, path);
-  return lines.size() - kept.size();
+  return objects - kept.size();
 }
 
 }  // namespace kbrl::log

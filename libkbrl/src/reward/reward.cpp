@@ -43,28 +43,4 @@ double reward_total(const core::EvalResult& eval, const core::Completion& comple
   return compute_reward(eval, completion, config, registry).total;
 }
 
-std::map<std::string, double> RewardBreakdown::metrics(std::string_view prefix) const {
-  std::map<std::string, double> m;
-  const std::string p(prefix);
-  m[p + "total"] = total;
-  m[p + "unclipped"] = unclipped;
-  m[p + "clipped"] = clipped ? 1.0 : 0.0;
-  m[p + "static_zeroed"] = zeroed_by_static_check ? 1.0 : 0.0;
-  for (const auto& [name, value] : terms) m[p + name] = value;
-  return m;
-}
-
-void tag_invoke(boost::json::value_from_tag, boost::json::value& jv, const RewardBreakdown& b) {
-  boost::json::object terms;
-  for (const auto& [name, value] : b.terms) terms[name] = value;
-  boost::json::object values;
-  for (const auto& [name, value] : b.values) values[name] = value;
-  jv = {{"total", b.total},
-        {"unclipped", b.unclipped},
-        {"terms", std::move(terms)},
-        {"values", std::move(values)},
-        {"zeroed_by_static_check", b.zeroed_by_static_check},
-        {"clipped", b.clipped}};
-}
-
 }  // namespace kbrl::reward

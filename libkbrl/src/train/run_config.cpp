@@ -286,7 +286,6 @@ const std::vector<Entry>& schema() {
     for (const auto& setting : eval::evaluator_settings()) e.push_back(evaluator_entry(setting));
     e.push_back(field("env.multi_turn", &R::env, &EnvSection::multi_turn, "refinement episodes with feedback (MultiTurnKernelBenchEnv)"));
     e.push_back(field("env.max_turns", &R::env, &EnvSection::max_turns, "attempts per multi-turn episode", at_least(1)));
-    e.push_back(field("env.gamma", &R::env, &EnvSection::gamma, "discount of later turns' rewards in a turn's return", in_range(0, 1)));
     e.push_back(field("env.early_stop", &R::env, &EnvSection::early_stop, "end an episode at its first correct kernel"));
     e.push_back(field("env.early_stop_min_speedup", &R::env, &EnvSection::early_stop_min_speedup, "...that is at least this fast (0: any)", non_negative()));
     e.push_back(field("env.kernel_excerpt_chars", &R::env, &EnvSection::kernel_excerpt_chars, "earlier kernels are cut to this length in later prompts", at_least(100)));
@@ -322,6 +321,10 @@ const std::map<std::string, std::string>& retired_keys() {
       {"dataset.name_pattern",
        "was replaced by dataset.include, a list of globs (one string is a list of one): write "
        "dataset.include: [\"<pattern>\"], and dataset.exclude for problems to leave out"},
+      // One owner per setting: the returns behind multi-turn advantages are the reward's.
+      {"env.gamma",
+       "was removed: the discount of later turns is the reward's, reward.multi_turn.gamma (with "
+       "reward.multi_turn.form); set reward.multi_turn.gamma instead"},
   };
   return keys;
 }
@@ -521,6 +524,13 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
     }
     if (key.rfind("reward", 0) != 0 && key.find('.') == std::string::npos && find_entry(key) == nullptr)
       throw core::ConfigError(fmt::format("override '{}'", text), key, unknown_key_message(key));
+    // reward.<field>=... edits the reward in force: without a reward section that is the
+    // default preset, not an empty reward.
+    if (key.rfind("reward.", 0) == 0 && !static_cast<const YAML::Node&>(root)["reward"]) {
+      YAML::Node preset(YAML::NodeType::Map);
+      preset["preset"] = RunConfig{}.reward.name;
+      root["reward"] = preset;
+    }
     set_path(root, key, v, text);
     src.overrides[key] = text;
   }
@@ -588,6 +598,11 @@ std::string config_reference_markdown() {
     out += fmt::format("| `{}` | `{}` | {} |\n", e.key, d, doc);
   }
   out += "| `reward` | `stage1` | a preset name or a reward object (docs/rewards.md); `reward.<field>=...` edits one field |\n";
+  // The reward's own fields are documented in docs/rewards.md; these two also drive training.
+  out += fmt::format("| `reward.multi_turn.gamma` | `{}` | discount of later turns' rewards in a turn's return (multi-turn advantages) |\n",
+                     to_text(defaults.reward.multi_turn.gamma));
+  out += fmt::format("| `reward.multi_turn.form` | `{}` | `sum`: R_t = r_t + gamma R_(t+1); `max`: the best discounted later reward |\n",
+                     reward::to_string(defaults.reward.multi_turn.form));
   return out;
 }
 

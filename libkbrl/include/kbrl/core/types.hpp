@@ -175,16 +175,35 @@ struct EvalResult {
   friend bool operator==(const EvalResult&, const EvalResult&) = default;
 };
 
-// One step of an episode: what the policy saw and did, and what came back.
+// What one reward is made of (reward::compute_reward writes it; docs/rewards.md).
+struct RewardBreakdown {
+  double total = 0.0;      // what training sees: clipped sum, or the static-check value
+  double unclipped = 0.0;  // sum of `terms` before clipping
+  std::map<std::string, double> terms;   // weight * value, per term with a nonzero weight
+  std::map<std::string, double> values;  // the unweighted value of the same terms
+  bool zeroed_by_static_check = false;   // the static-check override replaced every term
+  bool clipped = false;                  // clip bounds changed the total
+
+  // Flat metrics for logging: <prefix>total, <prefix>unclipped, <prefix>clipped (0/1),
+  // <prefix>static_zeroed (0/1) and <prefix><term> for each weighted term.
+  std::map<std::string, double> metrics(std::string_view prefix = "reward/") const;
+
+  friend bool operator==(const RewardBreakdown&, const RewardBreakdown&) = default;
+};
+
+// One step of an episode: what the policy saw and did, and what came back. Rollouts
+// (train/rollouts.hpp) write these, the run log's traces read them.
 struct Transition {
   std::vector<Message> observation;         // the conversation the policy answered
   std::vector<std::int32_t> prompt_tokens;  // the rendered observation, where tokenized
-  Completion completion;
+  Completion completion;                    // as the env parsed it, with the sampled tokens
   std::vector<float> logprobs;              // sampling log-probabilities of completion.tokens
   std::optional<EvalResult> eval;
   double reward = 0.0;
   bool done = false;
   std::map<std::string, double> metrics;
+  std::string prompt_text;    // the observation as the policy read it (chat template applied), where known
+  RewardBreakdown breakdown;  // how `reward` was made, where the env reports it
   friend bool operator==(const Transition&, const Transition&) = default;
 };
 

@@ -1,7 +1,7 @@
-// Batches of problem groups for training: a held-out eval split, then every epoch a seeded
-// shuffle of the training problems cut into batches of batch_size problems, each a group of
-// group_size envs. batch(i) depends only on (seed, i), so a resumed run gets exactly the batch it
-// would have had.
+// The KernelBench problems as an RlDataset (env.hpp): a held-out eval split, then every epoch a
+// seeded shuffle of the training problems cut into batches of batch_size problems, each a group
+// of group_size envs. batch(i) depends only on (seed, i), so a resumed run gets exactly the batch
+// it would have had.
 #pragma once
 
 #include <cstdint>
@@ -23,17 +23,18 @@ struct DatasetOptions {
   EnvOptions env;
 };
 
-class KernelBenchDataset {
+class KernelBenchDataset : public RlDataset {
  public:
   // Throws core::InvalidArgument for no problems, batch_size or group_size below 1, or an
   // eval_fraction outside [0, 1).
-  KernelBenchDataset(DatasetOptions options, eval::Evaluator& evaluator);
+  explicit KernelBenchDataset(DatasetOptions options);
 
   // Full batches per epoch (a last partial batch is dropped, as each batch must be complete).
-  std::int64_t batches_per_epoch() const;
-  std::vector<std::unique_ptr<EnvGroupBuilder>> batch(std::int64_t index) const;
+  std::int64_t batches_per_epoch() const override;
+  std::vector<std::unique_ptr<EnvGroupBuilder>> batch(std::int64_t index, eval::Evaluator& evaluator) const override;
   // The held-out problems, group_size envs each.
-  std::vector<std::unique_ptr<EnvGroupBuilder>> eval_builders(int group_size) const;
+  std::vector<std::unique_ptr<EnvGroupBuilder>> eval_builders(int group_size,
+                                                              eval::Evaluator& evaluator) const override;
   // Problem ids of batch `index`, in order (for logs and tests).
   std::vector<std::string> batch_problem_ids(std::int64_t index) const;
 
@@ -44,7 +45,6 @@ class KernelBenchDataset {
   std::vector<std::size_t> batch_indices(std::int64_t index) const;
 
   DatasetOptions options_;
-  eval::Evaluator& evaluator_;
   std::vector<core::Problem> train_, eval_;
 };
 

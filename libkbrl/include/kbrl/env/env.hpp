@@ -6,6 +6,7 @@
 // kbrl/conformance/env_suite.hpp checks this contract for any implementation (docs/conformance.md).
 #pragma once
 
+#include <cstdint>
 #include <future>
 #include <map>
 #include <memory>
@@ -15,6 +16,10 @@
 
 #include "kbrl/core/types.hpp"
 #include "kbrl/reward/reward.hpp"
+
+namespace kbrl::eval {
+class Evaluator;
+}
 
 namespace kbrl::env {
 
@@ -51,6 +56,23 @@ class EnvGroupBuilder {
   virtual std::vector<std::unique_ptr<Env>> make_envs() = 0;
   virtual const core::Problem& problem() const = 0;
   virtual std::vector<std::string> logging_tags() const = 0;  // e.g. {"level1"}
+};
+
+// Where a training loop gets its groups from (tinker-cookbook's RLDataset): numbered batches of
+// group builders and the held-out problems. batch(i) must depend only on i (and the dataset's
+// own settings, such as a seed): a resumed run asks again for the batch it was at and must get
+// the same problems. The envs submit their evaluations to the evaluator passed in, which must
+// outlive them and every future they return; a dataset whose envs need no evaluator ignores it.
+class RlDataset {
+ public:
+  virtual ~RlDataset() = default;
+  // Full batches per epoch; a loop runs epochs * this many steps (batch indices run on across
+  // epochs).
+  virtual std::int64_t batches_per_epoch() const = 0;
+  virtual std::vector<std::unique_ptr<EnvGroupBuilder>> batch(std::int64_t index, eval::Evaluator& evaluator) const = 0;
+  // The held-out problems, group_size envs each (empty: nothing held out).
+  virtual std::vector<std::unique_ptr<EnvGroupBuilder>> eval_builders(int group_size,
+                                                                      eval::Evaluator& evaluator) const = 0;
 };
 
 }  // namespace kbrl::env

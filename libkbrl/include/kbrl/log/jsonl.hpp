@@ -41,8 +41,9 @@ std::vector<boost::json::object> read_jsonl(const std::filesystem::path& path);
 // cannot be read.
 std::vector<boost::json::object> read_last_jsonl(const std::filesystem::path& path, std::size_t n);
 
-// Rewrites `path` keeping only the lines `keep` accepts (to a temporary file, then renamed).
-// Returns how many lines were dropped.
+// Rewrites `path` keeping only the lines `keep` accepts, each exactly as it was written (to a
+// temporary file, then renamed; torn and unparsable lines go too). Returns how many lines were
+// dropped.
 std::size_t filter_jsonl(const std::filesystem::path& path, const std::function<bool(const boost::json::object&)>& keep);
 
 }  // namespace kbrl::log

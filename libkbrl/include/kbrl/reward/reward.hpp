@@ -3,32 +3,16 @@
 // every term can be logged and the total explained.
 #pragma once
 
-#include <boost/json/value.hpp>
-#include <boost/json/value_from.hpp>
-#include <map>
-#include <string>
-#include <string_view>
-
+#include "kbrl/core/json.hpp"  // boost::json::value_from(breakdown)
 #include "kbrl/core/types.hpp"
 #include "kbrl/reward/config.hpp"
 #include "kbrl/reward/registry.hpp"
 
 namespace kbrl::reward {
 
-struct RewardBreakdown {
-  double total = 0.0;      // what training sees: clipped sum, or the static-check value
-  double unclipped = 0.0;  // sum of `terms` before clipping
-  std::map<std::string, double> terms;   // weight * value, per term with a nonzero weight
-  std::map<std::string, double> values;  // the unweighted value of the same terms
-  bool zeroed_by_static_check = false;   // the static-check override replaced every term
-  bool clipped = false;                  // clip bounds changed the total
-
-  // Flat metrics for logging: <prefix>total, <prefix>unclipped, <prefix>clipped (0/1),
-  // <prefix>static_zeroed (0/1) and <prefix><term> for each weighted term.
-  std::map<std::string, double> metrics(std::string_view prefix = "reward/") const;
-
-  friend bool operator==(const RewardBreakdown&, const RewardBreakdown&) = default;
-};
+// The value type lives in core (a Transition carries one); its name here is the one the
+// reward API has always used.
+using RewardBreakdown = core::RewardBreakdown;
 
 // Sums weight * term for every term with a nonzero weight (in name order, so the sum is
 // reproducible), then clips. A static-check failure (see is_static_check_failure) short-cuts to
@@ -42,7 +26,5 @@ RewardBreakdown compute_reward(const core::EvalResult& eval, const core::Complet
 double reward_total(const core::EvalResult& eval, const core::Completion& completion,
                     const RewardConfig& config,
                     const RewardRegistry& registry = default_registry());
-
-void tag_invoke(boost::json::value_from_tag, boost::json::value& jv, const RewardBreakdown& b);
 
 }  // namespace kbrl::reward

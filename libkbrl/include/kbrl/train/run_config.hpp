@@ -60,7 +60,7 @@ struct SamplingSection {
 struct EnvSection {
   bool multi_turn = false;
   int max_turns = 4;
-  double gamma = 0.4;
+  // The discount of later turns is reward.multi_turn (RewardConfig::multi_turn): one owner.
   bool early_stop = true;
   double early_stop_min_speedup = 0;
   int kernel_excerpt_chars = 4000;

@@ -50,30 +50,6 @@ void validate(const Datum& d, LossKind kind, std::int64_t vocab, std::size_t ind
   }
 }
 
-Datum completion_datum(const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& completion,
-                       const std::vector<float>& completion_logprobs, float advantage) {
-  if (prompt.empty() || completion.empty())
-    throw core::InvalidArgument("completion_datum: prompt and completion must be non-empty");
-  if (!completion_logprobs.empty() && completion_logprobs.size() != completion.size())
-    throw core::InvalidArgument(cat("completion_datum: completion_logprobs has ", completion_logprobs.size(),
-                                    " values, completion ", completion.size()));
-  std::vector<std::int64_t> all = prompt;
-  all.insert(all.end(), completion.begin(), completion.end());
-  Datum d;
-  d.model_input.assign(all.begin(), all.end() - 1);
-  d.target_tokens.assign(all.begin() + 1, all.end());
-  const std::size_t p = prompt.size() - 1;  // predictions of prompt tokens
-  d.weights.assign(d.model_input.size(), 0.0F);
-  d.logprobs.assign(d.model_input.size(), 0.0F);
-  d.advantages.assign(d.model_input.size(), 0.0F);
-  for (std::size_t i = 0; i < completion.size(); ++i) {
-    d.weights[p + i] = 1.0F;
-    d.advantages[p + i] = advantage;
-    if (!completion_logprobs.empty()) d.logprobs[p + i] = completion_logprobs[i];
-  }
-  return d;
-}
-
 namespace {
 
 void add_parameter(NamedParameters& out, std::set<const void*>& seen, std::string name, const at::Tensor& t) {

@@ -1,21 +1,26 @@
-// The GRPO loop of kbrl-train (part of kbrl::torch): for each batch, sample group_size rollouts
-// of every problem from the in-process policy, evaluate them through the environments (each
-// group's evaluations start as soon as its samples exist), turn rewards into group-normalized
-// advantages (per turn for multi-turn episodes), take the optimizer step(s), and write metrics,
-// TensorBoard scalars and histograms, traces and a checkpoint. A run directory that already
-// holds checkpoints is resumed at the next batch. docs/training-runs.md: outputs and resume.
+// The GRPO loop of kbrl-train (part of kbrl::torch), composed along tinker-cookbook's seams: for
+// each batch of the dataset (env::RlDataset), rollouts of the policy (train/rollouts.hpp, the
+// evaluations going to the Evaluator given) become trajectory groups, data processing
+// (train/data_processing.hpp) turns them into advantages and datums, the TrainingClient takes
+// the optimizer step(s), and the run log (train/run_log.hpp) writes metrics, traces, TensorBoard
+// and a checkpoint. A run directory that already holds checkpoints is resumed at the next batch.
+// docs/training.md: the parts; docs/training-runs.md: outputs and resume.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
-#include <memory>
 #include <string>
 
+#include "kbrl/env/env.hpp"
+#include "kbrl/eval/evaluator.hpp"
 #include "kbrl/reward/registry.hpp"
 #include "kbrl/train/run_config.hpp"
 
 namespace kbrl::train {
+
+class Policy;  // train/torch/policy.hpp
 
 struct RlLoopOptions {
   // Set (from a signal handler, say) to stop after the step in flight: its checkpoint is
@@ -25,7 +30,8 @@ struct RlLoopOptions {
   std::FILE* progress = nullptr;
   // Where warnings go (uniform rewards, ...); stderr when empty.
   std::function<void(const std::string&)> warn;
-  // Stops after this many steps of this invocation (0: run to the end). For tests of resume.
+  // Stops after this many steps of this invocation (0: run to the end), its last step
+  // checkpointed like a stop's; the run is marked stopped. For tests of resume.
   std::int64_t max_steps_this_run = 0;
 };
 
@@ -36,8 +42,20 @@ struct RlLoopResult {
   bool stopped = false;         // ended by the stop flag
 };
 
-// Runs (or resumes) the run described by `config` in config.log_path. Bad configuration, model
-// or problem files throw core::ConfigError / core::InvalidArgument before any step starts.
+// Runs (or resumes) a run with parts the caller made. `policy` must have LoRA adapters (their
+// parameters are what trains); `dataset` gives each step's groups and the held-out ones, whose
+// envs evaluate through `evaluator`. From `config` the loop reads log_path, seed, save_every,
+// eval_every, dataset.max_steps and num_epochs (with dataset.batches_per_epoch()), sampling.*,
+// train.*, reward.multi_turn (the returns behind multi-turn advantages), and env.multi_turn and
+// env.max_turns (multi-turn metrics, progress); it writes all of it to config.yaml. Throws
+// core::ConfigError / core::InvalidArgument before any step for what it cannot run.
+RlLoopResult run_rl_loop(const RunConfig& config, Policy& policy, eval::Evaluator& evaluator,
+                         const env::RlDataset& dataset, const RlLoopOptions& options = {});
+
+// kbrl-train's run: everything from `config` (the policy from model.* and lora.*, the KernelBench
+// problems from dataset.*, prompt.*, env.* and the reward with `registry`'s terms, a
+// LocalEvaluator from evaluator.*), then the loop above. Bad configuration, model or problem
+// files throw core::ConfigError / core::InvalidArgument before any step starts.
 RlLoopResult run_rl_loop(const RunConfig& config, const RlLoopOptions& options = {},
                          const reward::RewardRegistry& registry = reward::default_registry());
 

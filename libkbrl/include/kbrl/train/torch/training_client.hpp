@@ -16,6 +16,7 @@
 
 #include "kbrl/model/torch/decoder.hpp"
 #include "kbrl/model/torch/sampler.hpp"
+#include "kbrl/train/data_processing.hpp"  // Datum, completion_datum
 #include "kbrl/train/torch/distributed.hpp"
 #include "kbrl/train/torch/losses.hpp"
 
@@ -25,26 +26,9 @@ class AdamW;
 
 namespace kbrl::train {
 
-// One training sequence. model_input[t] predicts target_tokens[t] (usually the next token), and
-// every per-token vector has model_input's length. weights: 0 for prompt tokens (empty: all 1).
-// logprobs (log q of the sampler) and advantages: needed by the RL losses, per token so that
-// each turn of a multi-turn episode can carry its own advantage.
-struct Datum {
-  std::vector<std::int64_t> model_input;
-  std::vector<std::int64_t> target_tokens;
-  std::vector<float> weights;
-  std::vector<float> logprobs;
-  std::vector<float> advantages;
-};
-
 // Throws core::InvalidArgument naming datum `index` and the field: empty input, lengths that
 // differ, token ids outside [0, vocab), negative weights, or RL fields missing for an RL loss.
 void validate(const Datum& datum, LossKind kind, std::int64_t vocab, std::size_t index);
-
-// A prompt and its completion as a Datum: weights 0 on the prompt's predictions, 1 on the
-// completion's, sampler logprobs and one advantage on the completion's tokens.
-Datum completion_datum(const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& completion,
-                       const std::vector<float>& completion_logprobs = {}, float advantage = 0);
 
 struct ForwardBackwardResult {
   std::vector<std::vector<float>> logprobs;  // per datum, per token: log p(target) before the update

@@ -1,0 +1,88 @@
+// A training run's directory as the loop writes it (no torch): the lock and run.json, the
+// resolved config.yaml, metrics.jsonl, traces.jsonl, TensorBoard scalars and histograms under
+// tb/, checkpoints.jsonl, and the progress line after each step. It also reads back where a run
+// stands: the last checkpoint line is the last complete step, and the lines of later steps (a
+// kill between a step's metrics line and its checkpoint line) are dropped before the step is
+// redone, so each step appears once. docs/training-runs.md: the layout and the resume rules.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kbrl/core/types.hpp"
+#include "kbrl/train/run_config.hpp"
+
+namespace kbrl::log {
+class JsonlWriter;
+class RunLock;
+class TensorBoardWriter;
+}  // namespace kbrl::log
+
+namespace kbrl::train {
+
+// One line of checkpoints.jsonl: the step it completes (0-based) and where its files are,
+// relative to the run directory.
+struct CheckpointRecord {
+  std::int64_t step = 0;
+  std::string state;    // TrainingClient::save_state's folder
+  std::string adapter;  // the PEFT adapter folder
+  std::int64_t optimizer_steps = 0;
+};
+
+// Where the checkpoint of `step` goes: checkpoints/step_<step + 1, six digits>/{state,adapter}.
+CheckpointRecord checkpoint_paths(std::int64_t step);
+
+class RunLog {
+ public:
+  // Creates config.log_path, takes its lock (another live process on it: core::Error naming
+  // its host and pid) and writes config.yaml. Progress lines go to `progress` (stderr if null).
+  explicit RunLog(const RunConfig& config, std::FILE* progress = nullptr);
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // The last line of checkpoints.jsonl; none for a new run.
+  std::optional<CheckpointRecord> last_checkpoint() const;
+
+  // Begins writing at step `next` of `total_steps`: drops the metrics and traces lines of steps
+  // >= next, then opens the files for appending and a new TensorBoard event file.
+  void start(std::int64_t next, std::int64_t total_steps);
+
+  // One line per transition (step, group, sample, turn, problem_id, prompt, completion, kernel,
+  // num_tokens, truncated, eval, reward, reward_terms, advantage, done). advantages[g][i][t] as
+  // in TrainingData (a missing one is written as 0).
+  void write_traces(std::int64_t step, const std::vector<core::TrajectoryGroup>& groups,
+                    const std::vector<std::vector<std::vector<double>>>& advantages);
+  // The step's metrics line (it must carry "step"), then every number in it as a TensorBoard
+  // scalar at step + 1, and the histograms of the lists that are not empty.
+  void write_metrics(const boost::json::object& metrics, const std::vector<double>& rewards,
+                     const std::vector<double>& advantages, const std::vector<double>& speedups);
+  // "step 3/10 done in 4.2s (sample ..., eval wait ..., train ..., save ...): reward ..., correct
+  // ..%; ETA ..." from the metrics' time/*, reward/mean and kernel/correct_rate.
+  void write_progress_line(const boost::json::object& metrics);
+  // The line that makes the step complete: written last.
+  void write_checkpoint(const CheckpointRecord& checkpoint);
+
+  void mark_finished();
+  void mark_stopped();
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* progress_;
+  std::unique_ptr<log::RunLock> lock_;
+  std::unique_ptr<log::JsonlWriter> metrics_, traces_, checkpoints_;
+  std::unique_ptr<log::TensorBoardWriter> tb_;
+  std::int64_t total_steps_ = 0;
+  std::vector<double> step_seconds_;
+};
+
+}  // namespace kbrl::train

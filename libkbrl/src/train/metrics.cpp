@@ -1,0 +1,119 @@
+#include "kbrl/train/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "kbrl/reward/terms.hpp"
+
+namespace kbrl::train {
+
+namespace {
+
+double mean_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+// A transition without an evaluation counts as one that failed everything.
+const core::EvalResult& eval_of(const core::Transition& t) {
+  static const core::EvalResult none;
+  return t.eval ? *t.eval : none;
+}
+
+}  // namespace
+
+void add_stats(boost::json::object& m, const std::string& prefix, const std::vector<double>& v) {
+  if (v.empty()) return;
+  const double mean = mean_of(v);
+  double var = 0;
+  for (const double x : v) var += (x - mean) * (x - mean);
+  m[prefix + "mean"] = mean;
+  m[prefix + "std"] = std::sqrt(var / static_cast<double>(v.size()));
+  m[prefix + "min"] = *std::min_element(v.begin(), v.end());
+  m[prefix + "max"] = *std::max_element(v.begin(), v.end());
+}
+
+std::vector<double> transition_rewards(const std::vector<core::TrajectoryGroup>& groups) {
+  std::vector<double> out;
+  for (const auto& g : groups)
+    for (const auto& traj : g.trajectories)
+      for (const auto& t : traj.transitions) out.push_back(t.reward);
+  return out;
+}
+
+std::vector<double> correct_speedups(const std::vector<core::TrajectoryGroup>& groups) {
+  std::vector<double> out;
+  for (const auto& g : groups)
+    for (const auto& traj : g.trajectories)
+      for (const auto& t : traj.transitions) {
+        const auto& e = eval_of(t);
+        if (e.correct && e.speedup) out.push_back(*e.speedup);
+      }
+  return out;
+}
+
+void add_rollout_metrics(boost::json::object& m, const std::vector<core::TrajectoryGroup>& groups, bool multi_turn) {
+  std::vector<double> format, compiled, correct, cheat, turns, success, prompt_tokens, completion_tokens;
+  std::map<std::size_t, std::vector<double>> turn_correct;
+  for (const auto& g : groups)
+    for (const auto& traj : g.trajectories) {
+      bool solved = false;
+      for (std::size_t t = 0; t < traj.transitions.size(); ++t) {
+        const auto& tr = traj.transitions[t];
+        const auto& e = eval_of(tr);
+        format.push_back(e.format_ok ? 1 : 0);
+        compiled.push_back(e.compiled ? 1 : 0);
+        correct.push_back(e.correct ? 1 : 0);
+        cheat.push_back(reward::is_static_check_failure(e) ? 1 : 0);
+        turn_correct[t].push_back(e.correct ? 1 : 0);
+        prompt_tokens.push_back(static_cast<double>(tr.prompt_tokens.size()));
+        completion_tokens.push_back(static_cast<double>(tr.completion.tokens.size()));
+        solved = solved || e.correct;
+      }
+      turns.push_back(static_cast<double>(traj.transitions.size()));
+      success.push_back(solved ? 1 : 0);
+    }
+  const auto speedups = correct_speedups(groups);
+  m["kernel/format_rate"] = mean_of(format);
+  m["kernel/compile_rate"] = mean_of(compiled);
+  m["kernel/correct_rate"] = mean_of(correct);
+  m["kernel/cheat_rate"] = mean_of(cheat);
+  m["kernel/speedup_mean"] = mean_of(speedups);
+  m["kernel/evaluations"] = static_cast<double>(format.size());
+  if (multi_turn) {
+    m["multiturn/success_rate"] = mean_of(success);
+    m["multiturn/avg_turns"] = mean_of(turns);
+    for (const auto& [t, v] : turn_correct) m[fmt::format("multiturn/turn_{}/correct_rate", t + 1)] = mean_of(v);
+  }
+  m["tokens/prompt"] = std::accumulate(prompt_tokens.begin(), prompt_tokens.end(), 0.0);
+  m["tokens/completion"] = std::accumulate(completion_tokens.begin(), completion_tokens.end(), 0.0);
+  m["tokens/completion_mean"] = mean_of(completion_tokens);
+}
+
+void add_held_out_metrics(boost::json::object& m, const std::vector<core::TrajectoryGroup>& groups) {
+  std::vector<double> reward, correct, format;
+  std::size_t episodes = 0;
+  for (const auto& g : groups)
+    for (const auto& traj : g.trajectories) {
+      ++episodes;
+      bool solved = false, formatted = false;
+      for (const auto& t : traj.transitions) {
+        const auto& e = eval_of(t);
+        solved = solved || e.correct;
+        formatted = formatted || e.format_ok;
+      }
+      reward.push_back(traj.total_reward());
+      correct.push_back(solved ? 1 : 0);
+      format.push_back(formatted ? 1 : 0);
+    }
+  m["eval/problems"] = static_cast<double>(episodes);
+  m["eval/reward_mean"] = mean_of(reward);
+  m["eval/correct_rate"] = mean_of(correct);
+  m["eval/format_rate"] = mean_of(format);
+  m["eval/speedup_mean"] = mean_of(correct_speedups(groups));
+}
+
+}  // namespace kbrl::train
