@@ -68,6 +68,12 @@ void RunLog::start(std::int64_t next, std::int64_t total_steps) {
   traces_ = std::make_unique<log::JsonlWriter>(path_ / "traces.jsonl");
   checkpoints_ = std::make_unique<log::JsonlWriter>(path_ / "checkpoints.jsonl");
   tb_ = std::make_unique<log::TensorBoardWriter>(path_ / "tb");
+  // A resumed run redoes steps from `next` on (TensorBoard step next + 1): a session start there
+  // makes TensorBoard drop what an earlier process wrote for them, so each step shows once.
+  if (next > 0) {
+    tb_->add_session_start(next + 1);
+    tb_->flush();
+  }
 }
 
 void RunLog::write_traces(std::int64_t step, const std::vector<core::TrajectoryGroup>& groups,
