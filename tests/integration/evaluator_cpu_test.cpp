@@ -631,22 +631,22 @@ TEST_CASE("a worker that breaks the protocol gives internal results naming the f
 
   const auto missing = evaluate_with("fake-missing", "", "reply.pop('trials_total', None)");
   CHECK(missing.error_category == ErrorCategory::internal);
-  CHECK(missing.error_message.find("field 'trials_total' is missing") != std::string::npos);
+  CHECK(missing.error_message.find("field 'trials_total': missing") != std::string::npos);
   CHECK(missing.compiled);
   CHECK_FALSE(missing.correct);
 
   const auto extra = evaluate_with("fake-extra", "", "reply['retries'] = 1");
   CHECK(extra.error_category == ErrorCategory::internal);
-  CHECK(extra.error_message.find("compile job: field 'retries' is not part of the protocol") != std::string::npos);
+  CHECK(extra.error_message.find("compile job: field 'retries': not part of the protocol") != std::string::npos);
   CHECK_FALSE(extra.compiled);
 
   const auto wrong_run = evaluate_with("fake-wrong-run", "", "if job['op'] == 'run': reply['correct'] = 'yes'");
   CHECK(wrong_run.error_category == ErrorCategory::internal);
-  CHECK(wrong_run.error_message.find("field 'correct' must be true or false") != std::string::npos);
+  CHECK(wrong_run.error_message.find("field 'correct': expected true or false") != std::string::npos);
 
   const auto other_job = evaluate_with("fake-other-job", "", "reply['job_id'] = 'someone-else'");
   CHECK(other_job.error_category == ErrorCategory::internal);
-  CHECK(other_job.error_message.find("field 'job_id' is 'someone-else'") != std::string::npos);
+  CHECK(other_job.error_message.find("field 'job_id': is 'someone-else'") != std::string::npos);
 
   const auto old = evaluate_with("fake-old", "reply['protocol'] = 2", "pass");
   CHECK(old.error_category == ErrorCategory::internal);

@@ -297,23 +297,24 @@ TEST_CASE("a reply missing any field, or with one of another type or unknown, is
     field_paths(whole, paths);
     REQUIRE(paths.size() >= 9);
     for (const auto& path : paths) {
-      const std::string& name = path.back();
+      std::string name;  // dotted, as the messages name nested fields: "runtime.mean"
+      for (const auto& part : path) name += (name.empty() ? "" : ".") + part;
       INFO(c.file << ": field " << name);
       json::object missing = whole;
       erase_path(missing, path);
       const std::string why_missing = message_of([&] { c.read(missing); });
-      CHECK(why_missing.find("'" + name + "' is missing") != std::string::npos);
+      CHECK(why_missing.find("field '" + name + "': missing") != std::string::npos);
 
       json::object wrong = whole;
       json::value* field = at_path(wrong, path);
       *field = other_kind(json::value(*field));
       const std::string why_wrong = message_of([&] { c.read(wrong); });
       INFO(why_wrong);
-      CHECK(why_wrong.find("'" + name + "'") != std::string::npos);
+      CHECK(why_wrong.find("field '" + name + "': ") != std::string::npos);
     }
     json::object extra = whole;
     extra["retries"] = 1;
-    CHECK(message_of([&] { c.read(extra); }).find("'retries' is not part of the protocol") != std::string::npos);
+    CHECK(message_of([&] { c.read(extra); }).find("field 'retries': not part of the protocol") != std::string::npos);
     json::object older = whole;
     older["protocol"] = eval::kWorkerProtocolVersion - 1;
     CHECK(message_of([&] { c.read(older); }).find("speaks protocol") != std::string::npos);
@@ -335,7 +336,7 @@ TEST_CASE("replies to another job, of another op or with an inconsistent verdict
 
   json::object unknown_category = golden("run_reply_crash.json");
   unknown_category["error_category"] = "gremlins";
-  CHECK(message_of([&] { eval::read_run_reply(unknown_category, ""); }).find("an error category") != std::string::npos);
+  CHECK(message_of([&] { eval::read_run_reply(unknown_category, ""); }).find("field 'error_category': unknown error category 'gremlins'") != std::string::npos);
 
   json::object bad_status = golden("run_reply_crash.json");
   bad_status["status"] = "maybe";
@@ -343,12 +344,12 @@ TEST_CASE("replies to another job, of another op or with an inconsistent verdict
 
   json::object fractional = run;
   fractional["trials_passed"] = 4.5;
-  CHECK(message_of([&] { eval::read_run_reply(fractional, ""); }).find("'trials_passed' must be an integer") !=
+  CHECK(message_of([&] { eval::read_run_reply(fractional, ""); }).find("field 'trials_passed': expected an integer") !=
         std::string::npos);
 
-  CHECK(message_of([] { eval::read_run_reply(std::string_view("{\"protocol\": 3,"), ""); }).find("malformed JSON") !=
+  CHECK(message_of([] { eval::read_run_reply(std::string_view("{\"protocol\": 3,"), ""); }).find("worker reply to a run job: not valid JSON") !=
         std::string::npos);
-  CHECK(message_of([] { eval::read_ready("[1, 2]"); }).find("not a JSON object") != std::string::npos);
+  CHECK(message_of([] { eval::read_ready("[1, 2]"); }).find("worker greeting: expected a JSON object") != std::string::npos);
 }
 
 TEST_CASE("a refused reply keeps what the worker said") {
@@ -359,6 +360,6 @@ TEST_CASE("a refused reply keeps what the worker said") {
   rejected["error_message"] = "job field 'seed' is missing";
   rejected["job_id"] = nullptr;
   const std::string why = message_of([&] { eval::read_run_reply(rejected, "7-5f2b8c1e"); });
-  CHECK(why.find("'job_id' must be a string") != std::string::npos);
+  CHECK(why.find("field 'job_id': expected a string") != std::string::npos);
   CHECK(why.find("the worker said: job field 'seed' is missing") != std::string::npos);
 }

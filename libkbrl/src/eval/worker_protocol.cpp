@@ -3,11 +3,11 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
-#include <limits>
 #include <set>
 #include <vector>
 
 #include "kbrl/core/json.hpp"
+#include "kbrl/core/json_reader.hpp"
 
 namespace kbrl::eval {
 namespace json = boost::json;
@@ -15,55 +15,34 @@ using core::ErrorCategory;
 
 namespace {
 
-// Reads one JSON object of the protocol strictly: every field must be there with its type, and
-// finish() refuses fields nobody read, so that a field one side adds and the other ignores is
-// found by the golden tests instead of drifting. Messages name the object and the field.
+// Reads one JSON object of the protocol with core::JsonReader's typed checks, adding what a
+// wire format needs beyond them: every field present (null only where the protocol allows it),
+// and finish() refusing fields nobody read, so that a field one side adds and the other ignores
+// is found by the golden tests instead of drifting. Errors are core::ConfigErrors naming the
+// message and the dotted field; the read_* functions turn them into WorkerProtocolErrors.
 class Fields {
  public:
-  Fields(const json::object& o, std::string where) : o_(o), where_(std::move(where)) {}
+  Fields(const json::object& o, const core::JsonReader& reader, std::string prefix = "")
+      : o_(o), reader_(reader), prefix_(std::move(prefix)) {}
+
+  std::string field(std::string_view key) const { return core::JsonReader::field_name(prefix_, key); }
+  [[noreturn]] void fail(std::string_view key, const std::string& what) const { reader_.fail(field(key), what); }
 
   const json::value& need(std::string_view key) {
     read_.insert(std::string(key));
     const json::value* v = o_.if_contains(key);
-    if (v == nullptr) fail(key, "is missing");
+    if (v == nullptr) fail(key, "missing");
     return *v;
   }
   bool is_null(std::string_view key) { return need(key).is_null(); }
 
-  std::string str(std::string_view key) {
-    const auto& v = need(key);
-    if (!v.is_string()) wrong(key, "a string", v);
-    return std::string(v.get_string());
-  }
-  bool boolean(std::string_view key) {
-    const auto& v = need(key);
-    if (!v.is_bool()) wrong(key, "true or false", v);
-    return v.get_bool();
-  }
-  std::int64_t integer(std::string_view key) {
-    const auto& v = need(key);
-    if (v.is_int64()) return v.get_int64();
-    if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      return static_cast<std::int64_t>(v.get_uint64());
-    wrong(key, "an integer", v);
-  }
-  int int32(std::string_view key) {
-    const std::int64_t n = integer(key);
-    if (n < std::numeric_limits<int>::min() || n > std::numeric_limits<int>::max()) wrong(key, "a 32-bit integer", need(key));
-    return static_cast<int>(n);
-  }
-  double number(std::string_view key) {
-    const auto& v = need(key);
-    if (!v.is_number()) wrong(key, "a number", v);
-    return v.to_number<double>();
-  }
+  std::string str(std::string_view key) { return reader_.string(need(key), field(key)); }
+  bool boolean(std::string_view key) { return reader_.boolean(need(key), field(key)); }
+  std::int64_t int64(std::string_view key) { return reader_.int64(need(key), field(key)); }
+  int integer(std::string_view key) { return reader_.integer(need(key), field(key)); }
+  double number(std::string_view key) { return reader_.number(need(key), field(key)); }
   ErrorCategory category(std::string_view key) {
-    const std::string name = str(key);
-    try {
-      return core::parse_error_category(name);
-    } catch (const core::InvalidArgument&) {
-      wrong(key, "an error category", need(key));
-    }
+    return reader_.name(need(key), field(key), [](std::string_view name) { return core::parse_error_category(name); });
   }
   std::optional<std::string> str_or_null(std::string_view key) {
     if (is_null(key)) return std::nullopt;
@@ -73,72 +52,51 @@ class Fields {
     if (is_null(key)) return std::nullopt;
     return boolean(key);
   }
-  std::optional<double> number_or_null(std::string_view key) {
-    if (is_null(key)) return std::nullopt;
-    return number(key);
-  }
-  const json::object& object(std::string_view key) {
-    const auto& v = need(key);
-    if (!v.is_object()) wrong(key, "an object", v);
-    return v.get_object();
-  }
+  std::optional<double> number_or_null(std::string_view key) { return reader_.optional_number(need(key), field(key)); }
+  // The object at `key`, read by a Fields of its own.
+  Fields nested(std::string_view key) { return Fields(reader_.object(need(key), field(key)), reader_, field(key)); }
   std::vector<std::string> strings(std::string_view key) {
-    const auto& v = need(key);
-    if (!v.is_array()) wrong(key, "a list of strings", v);
     std::vector<std::string> out;
-    for (const auto& item : v.get_array()) {
-      if (!item.is_string()) wrong(key, "a list of strings", v);
-      out.emplace_back(item.get_string());
-    }
+    const auto& items = reader_.array(need(key), field(key));
+    for (std::size_t i = 0; i < items.size(); ++i) out.push_back(reader_.string(items[i], fmt::format("{}[{}]", field(key), i)));
+    return out;
+  }
+  // An object whose keys are free (metadata, stage_seconds), each value read by `read`.
+  template <class T, class Read>
+  std::map<std::string, T> map(std::string_view key, Read read) {
+    std::map<std::string, T> out;
+    for (const auto& [k, v] : reader_.object(need(key), field(key)))
+      out[std::string(k)] = read(v, core::JsonReader::field_name(field(key), std::string_view(k)));
     return out;
   }
   std::map<std::string, std::string> string_map(std::string_view key) {
-    std::map<std::string, std::string> out;
-    for (const auto& [k, v] : object(key)) {
-      if (!v.is_string()) wrong(fmt::format("{}.{}", key, std::string_view(k)), "a string", v);
-      out[std::string(k)] = std::string(v.get_string());
-    }
-    return out;
+    return map<std::string>(key, [&](const json::value& v, const std::string& f) { return reader_.string(v, f); });
   }
   std::map<std::string, double> number_map(std::string_view key) {
-    std::map<std::string, double> out;
-    for (const auto& [k, v] : object(key)) {
-      if (!v.is_number()) wrong(fmt::format("{}.{}", key, std::string_view(k)), "a number", v);
-      out[std::string(k)] = v.to_number<double>();
-    }
-    return out;
+    return map<double>(key, [&](const json::value& v, const std::string& f) { return reader_.number(v, f); });
   }
-  std::string nested(std::string_view key) const { return fmt::format("{}.{}", where_, key); }
 
   void finish() const {
     for (const auto& [k, v] : o_)
-      if (!read_.contains(std::string(k))) fail(std::string_view(k), "is not part of the protocol");
-  }
-
-  [[noreturn]] void fail(std::string_view key, std::string_view what) const {
-    throw WorkerProtocolError(fmt::format("{}: field '{}' {}", where_, key, what));
-  }
-  [[noreturn]] void wrong(std::string_view key, std::string_view expected, const json::value& got) const {
-    std::string text = json::serialize(got);
-    if (text.size() > 80) text = text.substr(0, 77) + "...";
-    throw WorkerProtocolError(fmt::format("{}: field '{}' must be {}, got {}", where_, key, expected, text));
+      if (!read_.contains(std::string(k))) fail(std::string_view(k), "not part of the protocol");
   }
 
  private:
   const json::object& o_;
-  std::string where_;
+  const core::JsonReader& reader_;
+  std::string prefix_;
   std::set<std::string> read_;
 };
 
 core::TimingStats timing_of(Fields& f, std::string_view key) {
-  Fields t(f.object(key), f.nested(key));
+  Fields t = f.nested(key);
   core::TimingStats s;
   s.mean_ms = t.number("mean");
   s.median_ms = t.number("median");
   s.std_ms = t.number("std");
   s.min_ms = t.number("min");
   s.max_ms = t.number("max");
-  s.trials = t.int32("num_trials");
+  s.trials = t.integer("num_trials");
   t.finish();
   return s;
 }
@@ -155,16 +113,37 @@ json::object limits_json(const WorkerLimits& l) {
           {"nice", l.nice}};
 }
 
-json::object parse_object(std::string_view line, std::string_view what) {
-  boost::system::error_code ec;
-  json::value v = json::parse(line, ec);
-  if (ec) throw WorkerProtocolError(fmt::format("{}: malformed JSON ({})", what, ec.message()));
-  if (!v.is_object()) throw WorkerProtocolError(fmt::format("{}: not a JSON object", what));
-  return std::move(v.get_object());
+json::object parse_object(std::string_view line, const std::string& where) {
+  try {
+    const core::JsonReader reader(where);
+    const json::value v = reader.parse(line);
+    return reader.object(v, "");
+  } catch (const core::ConfigError& e) {
+    throw WorkerProtocolError(e.what());
+  }
 }
 
-// The fields every reply to a compile or run job has. A reply that breaks the protocol but
-// carries the worker's own error message keeps it in the exception: it says what went wrong.
+// Runs `read` on `reply`: the ConfigError of a field that breaks the protocol becomes a
+// WorkerProtocolError, which keeps the worker's own error message where the reply has one (the
+// answer to a job the worker refused says which field it missed).
+template <class Read>
+auto strictly(const json::object& reply, Read read) {
+  try {
+    return read();
+  } catch (const core::ConfigError& e) {
+    const json::value* said = reply.if_contains("error_message");
+    if (said == nullptr || !said->is_string() || said->get_string().empty()) throw WorkerProtocolError(e.what());
+    throw WorkerProtocolError(fmt::format("{}; the worker said: {}", e.what(), std::string_view(said->get_string())));
+  }
+}
+
+void check_protocol(Fields& f) {
+  if (const auto protocol = f.int64("protocol"); protocol != kWorkerProtocolVersion)
+    f.fail("protocol", fmt::format("the worker speaks protocol {}, the evaluator {} (a worker script from another kbrl "
+                                   "version?)", protocol, kWorkerProtocolVersion));
+}
+
+// The fields every reply to a compile or run job has.
 struct ReplyHead {
   std::string job_id;
   ErrorCategory category = ErrorCategory::internal;
@@ -175,15 +154,12 @@ struct ReplyHead {
 
 ReplyHead read_head(Fields& f, std::string_view op, std::string_view job_id) {
   ReplyHead h;
-  const auto protocol = f.integer("protocol");
-  if (protocol != kWorkerProtocolVersion)
-    throw WorkerProtocolError(fmt::format("the worker speaks protocol {}, the evaluator {} (a worker script from another "
-                                          "kbrl version?)", protocol, kWorkerProtocolVersion));
+  check_protocol(f);
   if (const auto got = f.str("op"); got != op) f.fail("op", fmt::format("is '{}', expected '{}'", got, op));
   h.job_id = f.str("job_id");
   if (!job_id.empty() && h.job_id != job_id) f.fail("job_id", fmt::format("is '{}', expected '{}'", h.job_id, job_id));
   const std::string status = f.str("status");
-  if (status != "ok" && status != "failed") f.wrong("status", "\"ok\" or \"failed\"", f.need("status"));
+  if (status != "ok" && status != "failed") f.fail("status", fmt::format("expected \"ok\" or \"failed\", got '{}'", status));
   h.category = f.category("error_category");
   if ((status == "ok") != (h.category == ErrorCategory::none))
     f.fail("error_category", fmt::format("is '{}' with status '{}'", core::to_string(h.category), status));
@@ -191,17 +167,6 @@ ReplyHead read_head(Fields& f, std::string_view op, std::string_view job_id) {
   h.wall_s = f.number("wall_s");
   h.metadata = f.string_map("metadata");
   return h;
-}
-
-template <class Read>
-auto with_worker_message(const json::object& reply, Read read) {
-  try {
-    return read();
-  } catch (const WorkerProtocolError& e) {
-    const json::value* said = reply.if_contains("error_message");
-    if (said == nullptr || !said->is_string() || said->get_string().empty()) throw;
-    throw WorkerProtocolError(fmt::format("{}; the worker said: {}", e.what(), std::string_view(said->get_string())));
-  }
 }
 
 }  // namespace
@@ -285,30 +250,32 @@ std::string write_shutdown_job() {
 // ---- replies --------------------------------------------------------------------------------
 
 WorkerReady read_ready(std::string_view line) {
-  const json::object o = parse_object(line, "worker greeting");
-  Fields f(o, "worker greeting");
-  if (const auto event = f.str("event"); event != "ready") f.fail("event", fmt::format("is '{}', expected 'ready'", event));
-  WorkerReady r;
-  const auto protocol = f.integer("protocol");
-  if (protocol != kWorkerProtocolVersion)
-    throw WorkerProtocolError(fmt::format("the worker speaks protocol {}, the evaluator {} (a worker script from another "
-                                          "kbrl version?)", protocol, kWorkerProtocolVersion));
-  r.protocol = static_cast<int>(protocol);
-  r.pid = f.integer("pid");
-  r.platform = f.str("platform");
-  r.torch = f.str("torch");
-  r.timing = f.str("timing");
-  r.cuda = f.str_or_null("cuda");
-  r.hip = f.str_or_null("hip");
-  r.python = f.str("python");
-  r.import_s = f.number("import_s");
-  f.finish();
-  return r;
+  const std::string where = "worker greeting";
+  const json::object o = parse_object(line, where);
+  return strictly(o, [&] {
+    const core::JsonReader reader(where);
+    Fields f(o, reader);
+    if (const auto event = f.str("event"); event != "ready") f.fail("event", fmt::format("is '{}', expected 'ready'", event));
+    WorkerReady r;
+    check_protocol(f);
+    r.protocol = kWorkerProtocolVersion;
+    r.pid = f.int64("pid");
+    r.platform = f.str("platform");
+    r.torch = f.str("torch");
+    r.timing = f.str("timing");
+    r.cuda = f.str_or_null("cuda");
+    r.hip = f.str_or_null("hip");
+    r.python = f.str("python");
+    r.import_s = f.number("import_s");
+    f.finish();
+    return r;
+  });
 }
 
 CompileReply read_compile_reply(const json::object& reply, std::string_view job_id) {
-  return with_worker_message(reply, [&] {
-    Fields f(reply, "worker reply to a compile job");
+  return strictly(reply, [&] {
+    const core::JsonReader reader("worker reply to a compile job");
+    Fields f(reply, reader);
     const ReplyHead h = read_head(f, "compile", job_id);
     CompileReply r;
     r.job_id = h.job_id;
@@ -327,8 +294,9 @@ CompileReply read_compile_reply(std::string_view line, std::string_view job_id) 
 }
 
 RunReply read_run_reply(const json::object& reply, std::string_view job_id) {
-  return with_worker_message(reply, [&] {
-    Fields f(reply, "worker reply to a run job");
+  return strictly(reply, [&] {
+    const core::JsonReader reader("worker reply to a run job");
+    Fields f(reply, reader);
     const ReplyHead h = read_head(f, "run", job_id);
     RunReply r;
     r.job_id = h.job_id;
@@ -340,7 +308,7 @@ RunReply read_run_reply(const json::object& reply, std::string_view job_id) {
     r.correct = f.boolean("correct");
     r.correct_on_problem_inputs = f.boolean("correct_on_problem_inputs");
     if (!f.is_null("input_families")) {
-      Fields families(f.object("input_families"), f.nested("input_families"));
+      Fields families = f.nested("input_families");
       core::InputFamilies fam;
       fam.tried = families.strings("tried");
       fam.failed = families.strings("failed");
@@ -348,8 +316,8 @@ RunReply read_run_reply(const json::object& reply, std::string_view job_id) {
       families.finish();
       r.input_families = std::move(fam);
     }
-    r.trials_passed = f.int32("trials_passed");
-    r.trials_total = f.int32("trials_total");
+    r.trials_passed = f.integer("trials_passed");
+    r.trials_total = f.integer("trials_total");
     r.max_abs_error = f.number_or_null("max_abs_error");
     r.max_rel_error = f.number_or_null("max_rel_error");
     r.device = f.str_or_null("device");
