@@ -79,6 +79,62 @@ if(KBRL_WITH_TORCH)
   message(STATUS "kbrl: libtorch from ${KBRL_TORCH_PREFIX} (python torch ${KBRL_TORCH_PY_VERSION})")
 endif()
 
+# The Python module (python/): Python's development headers of KBRL_PYTHON's interpreter (found
+# through FindPython3, so the same lines work for a pyenv interpreter, a venv and a system one)
+# and pybind11's headers (the pybind11 package where installed, else the copy the torch wheel
+# ships). AUTO builds it where both are found; ON requires them.
+set(KBRL_PYTHON_MODULE AUTO CACHE STRING
+    "Build the Python module 'kbrl' (python/): AUTO (where Python's and pybind11's headers are found), ON, OFF")
+set_property(CACHE KBRL_PYTHON_MODULE PROPERTY STRINGS AUTO ON OFF)
+set(KBRL_PYBIND11_INCLUDE_DIR "" CACHE PATH
+    "Folder holding pybind11/pybind11.h (default: pybind11.get_include(), else the torch wheel's include/)")
+set(KBRL_BUILD_PYTHON_MODULE OFF)
+if(NOT KBRL_PYTHON_MODULE MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "KBRL_PYTHON_MODULE must be AUTO, ON or OFF (got '${KBRL_PYTHON_MODULE}')")
+endif()
+if(KBRL_PYTHON_MODULE STREQUAL "AUTO" AND CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  # An instrumented extension cannot be loaded into an uninstrumented interpreter.
+  message(STATUS "kbrl: Python module not built (sanitizer flags; set KBRL_PYTHON_MODULE=ON to force)")
+elseif(NOT KBRL_PYTHON_MODULE STREQUAL "OFF")
+  if(NOT DEFINED Python3_EXECUTABLE)
+    set(Python3_EXECUTABLE "${KBRL_PYTHON}")
+  endif()
+  find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+  if(NOT KBRL_PYBIND11_INCLUDE_DIR AND Python3_Interpreter_FOUND)
+    execute_process(
+      COMMAND "${Python3_EXECUTABLE}" -c [=[
+import importlib.util, os
+spec = importlib.util.find_spec("pybind11")
+if spec is not None:
+    import pybind11
+    print(pybind11.get_include())
+else:
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.submodule_search_locations:
+        print(os.path.join(list(spec.submodule_search_locations)[0], "include"))
+]=]
+      OUTPUT_VARIABLE _kbrl_pybind11_dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(_kbrl_pybind11_dir AND EXISTS "${_kbrl_pybind11_dir}/pybind11/pybind11.h")
+      set(KBRL_PYBIND11_INCLUDE_DIR "${_kbrl_pybind11_dir}" CACHE PATH
+          "Folder holding pybind11/pybind11.h (default: pybind11.get_include(), else the torch wheel's include/)" FORCE)
+    endif()
+  endif()
+  if(Python3_Development.Module_FOUND AND KBRL_PYBIND11_INCLUDE_DIR
+     AND EXISTS "${KBRL_PYBIND11_INCLUDE_DIR}/pybind11/pybind11.h")
+    set(KBRL_BUILD_PYTHON_MODULE ON)
+    message(STATUS "kbrl: Python module for Python ${Python3_VERSION} (${Python3_INCLUDE_DIRS}), "
+                   "pybind11 from ${KBRL_PYBIND11_INCLUDE_DIR}")
+  elseif(KBRL_PYTHON_MODULE STREQUAL "ON")
+    message(FATAL_ERROR "kbrl: KBRL_PYTHON_MODULE is ON but Python's development headers (found: "
+                        "${Python3_Development.Module_FOUND}, interpreter ${Python3_EXECUTABLE}) or pybind11's "
+                        "(KBRL_PYBIND11_INCLUDE_DIR='${KBRL_PYBIND11_INCLUDE_DIR}') are missing; install python3-dev, "
+                        "or pass -DKBRL_PYBIND11_INCLUDE_DIR=<folder with pybind11/pybind11.h>")
+  else()
+    message(STATUS "kbrl: Python module not built: Python's development headers (${Python3_Development.Module_FOUND}) "
+                   "or pybind11's headers ('${KBRL_PYBIND11_INCLUDE_DIR}') not found")
+  endif()
+endif()
+
 if(KBRL_DEVICE STREQUAL "cuda")
   find_package(CUDAToolkit REQUIRED)
 elseif(KBRL_DEVICE STREQUAL "hip")
