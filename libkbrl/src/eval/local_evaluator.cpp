@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <fmt/format.h>
@@ -119,6 +121,8 @@ struct Lane {
   std::string timing_method;  // how the worker times runs: part of the reference-timing cache key
   std::string device_name;  // reported by the first run on this lane
   std::thread thread;
+  bool warm_tried = false;              // start_workers(): this lane tried to start its worker
+  std::atomic<bool> started_once{false};  // a worker of this lane has started (workers_ready)
 };
 
 enum class CallStatus { ok, timeout, lost, start_failed };
@@ -189,6 +193,7 @@ struct LocalEvaluator::Impl {
   std::deque<JobPtr> run_queue;
   std::map<std::string, std::vector<JobPtr>> compiling;  // build key -> jobs waiting on that build
   bool stopping = false;
+  bool warm_requested = false;  // start_workers() was called
   Stats stats;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::map<std::string, core::TimingStats> baselines;
@@ -378,6 +383,7 @@ struct LocalEvaluator::Impl {
       lane.torch_version = ready.torch;
       lane.timing_method = ready.timing;
       lane.pid = lane.proc->pid();
+      lane.started_once = true;
     } catch (const std::exception& e) {
       why = fmt::format("worker {} did not start ({}); see {}", lane.name, e.what(), o.stderr_path.string());
       lane.proc->kill();
@@ -465,8 +471,15 @@ struct LocalEvaluator::Impl {
       {
         std::unique_lock lock(mu);
         auto& queue = lane.compile ? compile_queue : run_queue;
-        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        cv.wait(lock, [&] { return stopping || !queue.empty() || (warm_requested && !lane.warm_tried); });
         if (stopping) break;
+        if (queue.empty()) {  // start_workers(): start this lane's worker before any job needs it
+          lane.warm_tried = true;
+          lock.unlock();
+          std::string why;
+          if (!ensure_worker(lane, why)) std::fprintf(stderr, "evaluator: %s\n", why.c_str());
+          continue;
+        }
         job = queue.front();
         queue.pop_front();
       }
@@ -833,5 +846,15 @@ std::vector<pid_t> LocalEvaluator::worker_pids() const {
 }
 
 const LocalEvaluatorConfig& LocalEvaluator::config() const { return impl_->config; }
+
+void LocalEvaluator::start_workers() {
+  std::lock_guard lock(impl_->mu);
+  impl_->warm_requested = true;
+  impl_->cv.notify_all();
+}
+
+bool LocalEvaluator::workers_ready() const {
+  return std::all_of(impl_->lanes.begin(), impl_->lanes.end(), [](const auto& lane) { return lane->started_once.load(); });
+}
 
 }  // namespace kbrl::eval
