@@ -34,6 +34,7 @@
 #include "kbrl/dataset/load.hpp"
 #include "kbrl/eval/evaluator.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
+#include "kbrl/eval/remote_evaluator.hpp"
 #include "kbrl/eval/settings.hpp"
 #include "kbrl/eval/summary.hpp"
 #include "kbrl/prompt/answer_parser.hpp"
@@ -176,7 +177,11 @@ core::Problem problem_from(const json::value& v, const std::string& where) {
   reader.only_keys(reader.object(v, "problem"), "problem", kProblemKeys);
   core::Problem p = from_json_value<core::Problem>(v, where + ": problem");
   if (p.source.empty()) reader.fail("problem.source", "must not be empty");
-  if (p.content_hash.empty()) p.content_hash = core::python_content_hash(p.source);
+  // The caches key on the hash: one that does not match the source would mix up problems.
+  const std::string hash = core::python_content_hash(p.source);
+  if (!p.content_hash.empty() && p.content_hash != hash)
+    reader.fail("problem.content_hash", fmt::format("does not match the source (its hash is {})", hash));
+  p.content_hash = hash;
   return p;
 }
 
@@ -452,6 +457,89 @@ class PyLocalEvaluator : public PyEvaluator {
   eval::EvaluatorSettings settings_;
 };
 
+// RemoteEvaluator: requests go to kbrl-evald servers with their options, so of the evaluator
+// settings it takes only those that land in EvalOptions; the rest are the servers' own flags.
+eval::EvaluatorSettings request_settings_from(const std::string& profile, const py::object& settings,
+                                              const py::kwargs& kwargs) {
+  const auto check = [](py::handle key) {
+    if (!py::isinstance<py::str>(key)) return;
+    const eval::Setting* s = eval::find_evaluator_setting(utf8(key));
+    if (s != nullptr && s->field.rfind("EvalOptions::", 0) != 0)
+      throw core::InvalidArgument(fmt::format(
+          "evaluator setting '{}' is the servers' (a kbrl-evald flag, --{}); RemoteEvaluator takes the request "
+          "options only (trials, timing, seed, tolerances, input families, timeouts)",
+          s->key, s->flag));
+  };
+  if (py::isinstance<py::dict>(settings))
+    for (auto item : py::reinterpret_borrow<py::dict>(settings)) check(item.first);
+  for (auto item : kwargs) check(item.first);
+  return settings_from(profile, settings, kwargs);
+}
+
+class PyRemoteEvaluator : public PyEvaluator {
+ public:
+  PyRemoteEvaluator(const py::object& endpoints, const py::object& settings, const std::string& language,
+                    const std::string& profile, const std::optional<std::string>& token,
+                    const std::optional<fs::path>& token_file, const std::string& token_env,
+                    const std::optional<fs::path>& ca_file, bool verify_tls, double refresh_s, double connect_timeout_s,
+                    double request_timeout_s, double backoff_initial_s, double backoff_max_s, double give_up_after_s,
+                    int max_batch, const py::kwargs& kwargs)
+      : settings_(request_settings_from(profile, settings, kwargs)) {
+    eval::RemoteEvaluatorConfig c;
+    if (py::isinstance<py::str>(endpoints) || py::hasattr(endpoints, "__fspath__")) {
+      c = eval::remote_evaluator_config(json::value_to<std::string>(to_json(endpoints, "endpoints")));
+    } else {
+      for (auto e : endpoints) c.endpoints.push_back(json::value_to<std::string>(to_json(e, "endpoints[]")));
+    }
+    if (token) c.token = *token;
+    if (token_file) c.token_file = *token_file;
+    c.token_env = token_env;
+    if (ca_file) c.ca_file = *ca_file;
+    c.verify_tls = verify_tls;
+    c.refresh_s = refresh_s;
+    c.connect_timeout_s = connect_timeout_s;
+    c.request_timeout_s = request_timeout_s;
+    c.backoff_initial_s = backoff_initial_s;
+    c.backoff_max_s = backoff_max_s;
+    c.give_up_after_s = give_up_after_s;
+    c.max_batch = max_batch;
+    defaults_.language = core::parse_kernel_language(language);
+    defaults_.options = settings_.options;
+    py::gil_scoped_release release;
+    evaluator_ = std::make_unique<eval::RemoteEvaluator>(std::move(c));
+  }
+
+  py::dict settings() const {
+    py::dict d;
+    for (const auto& s : eval::evaluator_settings())
+      if (s.field.rfind("EvalOptions::", 0) == 0) d[py::str(s.key)] = setting_python(s, s.get(settings_));
+    return d;
+  }
+
+  py::dict stats() const {
+    const auto s = dynamic_cast<const eval::RemoteEvaluator&>(evaluator()).stats();
+    py::dict d;
+    d["submitted"] = s.submitted;
+    d["delivered"] = s.delivered;
+    d["batches"] = s.batches;
+    d["redispatched"] = s.redispatched;
+    d["queue_full"] = s.queue_full;
+    d["draining"] = s.draining;
+    d["server_failures"] = s.server_failures;
+    d["gave_up"] = s.gave_up;
+    d["connections_opened"] = s.connections_opened;
+    d["results_by_server"] = s.results_by_server;
+    return d;
+  }
+
+  std::map<std::string, int> servers() const {
+    return dynamic_cast<const eval::RemoteEvaluator&>(evaluator()).servers();
+  }
+
+ private:
+  eval::EvaluatorSettings settings_;
+};
+
 py::list settings_schema() {
   const auto evaluation = eval::default_evaluator_settings(eval::SettingsProfile::evaluation);
   const auto training = eval::default_evaluator_settings(eval::SettingsProfile::training);
@@ -578,7 +666,7 @@ PyRewardConfig reward_config_arg(const py::object& config) {
 
 PYBIND11_MODULE(kbrl, m) {
   m.doc() =
-      "kbrl for Python: the static checker, LocalEvaluator, problems, answer parsing and rewards "
+      "kbrl for Python: the static checker, LocalEvaluator and RemoteEvaluator, problems, answer parsing and rewards "
       "(docs/python.md). Requests, results, problems and findings are dicts in kbrl's JSON form.";
   m.attr("__version__") = KBRL_VERSION;
   m.attr("git_describe") = KBRL_GIT_DESCRIBE;
@@ -691,6 +779,26 @@ PYBIND11_MODULE(kbrl, m) {
       .def_property_readonly("settings", &PyLocalEvaluator::settings, "Every setting's value, by key.")
       .def_property_readonly("work_dir", &PyLocalEvaluator::work_dir)
       .def("stats", &PyLocalEvaluator::stats, "Counts: submitted, finished, compiles, cache hits, workers.");
+
+  py::class_<PyRemoteEvaluator, PyEvaluator>(
+      m, "RemoteEvaluator",
+      "Evaluates on kbrl-evald servers (docs/services.md). endpoints: a list of http(s)://host:port or "
+      "dns://name:port entries, or one string of them comma-separated, or the path of a file of them (re-read). "
+      "Requests that leave out their language get `language`; their options come from the request-option "
+      "settings (timing_trials, seed, ... as for LocalEvaluator; the servers' own settings are their flags).")
+      .def(py::init<const py::object&, const py::object&, const std::string&, const std::string&,
+                    const std::optional<std::string>&, const std::optional<fs::path>&, const std::string&,
+                    const std::optional<fs::path>&, bool, double, double, double, double, double, double, int,
+                    const py::kwargs&>(),
+           py::arg("endpoints"), py::arg("settings") = py::none(), py::kw_only(), py::arg("language") = "cuda",
+           py::arg("profile") = "training", py::arg("token") = py::none(), py::arg("token_file") = py::none(),
+           py::arg("token_env") = "KBRL_EVALD_TOKEN", py::arg("ca_file") = py::none(), py::arg("verify_tls") = true,
+           py::arg("refresh_s") = 2.0, py::arg("connect_timeout_s") = 5.0, py::arg("request_timeout_s") = 0.0,
+           py::arg("backoff_initial_s") = 0.25, py::arg("backoff_max_s") = 10.0, py::arg("give_up_after_s") = 600.0,
+           py::arg("max_batch") = 64)
+      .def_property_readonly("settings", &PyRemoteEvaluator::settings, "The request options, by setting key.")
+      .def("stats", &PyRemoteEvaluator::stats, "Counts: submitted, delivered, batches, re-dispatches, failures, ...")
+      .def("servers", &PyRemoteEvaluator::servers, "The servers known now and the concurrency each advertised.");
 
   m.def(
       "summarize",

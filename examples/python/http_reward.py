@@ -53,7 +53,7 @@ def main() -> None:
     p.add_argument("--completion", required=True, help="the model's answer (or a bare program)")
     p.add_argument("--language", default="cuda", help="cuda, triton, hip or cpp [cuda]")
     p.add_argument("--token-file", help="bearer token (default: $KBRL_EVALD_TOKEN)")
-    p.add_argument("--options", default="{}", help="evaluation options as JSON, e.g. '{\"timing_trials\": 20}'")
+    p.add_argument("--options", help="evaluation options as JSON, e.g. '{\"timing_trials\": 20}' (default: the server's)")
     args = p.parse_args()
     token = open(args.token_file).read().strip() if args.token_file else os.environ.get("KBRL_EVALD_TOKEN", "")
     completion = open(args.completion).read()
@@ -62,8 +62,9 @@ def main() -> None:
         "problem": {"id": os.path.splitext(os.path.basename(args.problem))[0], "source": open(args.problem).read()},
         "candidate_source": kernel_of(completion),
         "language": args.language,
-        "options": json.loads(args.options),
     }
+    if args.options:
+        request["options"] = json.loads(args.options)
     for result in evaluate(args.url, [request], token):
         print(json.dumps({"request_id": result["request_id"], "reward": stage2_reward(result),
                           "correct": result["correctness"], "error_category": result["error_category"],

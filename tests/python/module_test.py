@@ -146,6 +146,8 @@ class EvaluatorSettings(unittest.TestCase):
                  ([{"problem": problem, "candidate_source": "", "options": {"timing_trial": 1}}], "options.timing_trial"),
                  ([{"problem": problem, "candidate_source": "", "language": "fortran"}], "fortran"),
                  ([{"problem": problem, "candidate_source": 3}], "candidate_source"),
+                 ([{"problem": dict(problem, content_hash="0" * 64), "candidate_source": ""}],
+                  "field 'problem.content_hash': does not match the source"),
                  (["not a dict"], "requests[0]: expected a dict")]
         for requests, message in cases:
             with self.subTest(message=message):
@@ -156,6 +158,21 @@ class EvaluatorSettings(unittest.TestCase):
         ev.close()
         with self.assertRaisesRegex(kbrl.Error, "closed"):
             ev.evaluate([])
+
+
+    def test_remote_evaluator_configuration(self):
+        import kbrl
+        with self.assertRaisesRegex(kbrl.InvalidArgument, "ftp://somewhere"):
+            kbrl.RemoteEvaluator(["ftp://somewhere:1"])
+        with self.assertRaisesRegex(kbrl.InvalidArgument, "'gpus' is the servers'"):
+            kbrl.RemoteEvaluator(["http://127.0.0.1:1"], gpus=[0])
+        with self.assertRaisesRegex(kbrl.InvalidArgument, "'timing_trials': 0 is below 1"):
+            kbrl.RemoteEvaluator(["http://127.0.0.1:1"], timing_trials=0)
+        with kbrl.RemoteEvaluator("http://127.0.0.1:1,http://127.0.0.1:2", {"seed": 7}, profile="evaluation") as ev:
+            self.assertEqual((ev.settings["seed"], ev.settings["timing_trials"]), (7, 100))
+            self.assertNotIn("device", ev.settings)
+            with self.assertRaisesRegex(ValueError, "field 'problem': missing"):
+                ev.evaluate([{"candidate_source": ""}])
 
 
 class Rewards(unittest.TestCase):
