@@ -449,9 +449,7 @@ class PyLocalEvaluator : public PyEvaluator {
     return d;
   }
 
-  std::string work_dir() const {
-    return dynamic_cast<const eval::LocalEvaluator&>(evaluator()).config().work_dir.string();
-  }
+  const eval::LocalEvaluatorConfig& config() const { return dynamic_cast<const eval::LocalEvaluator&>(evaluator()).config(); }
 
  private:
   eval::EvaluatorSettings settings_;
@@ -777,7 +775,12 @@ PYBIND11_MODULE(kbrl, m) {
       .def(py::init<const py::object&, const std::string&, const py::kwargs&>(), py::arg("settings") = py::none(),
            py::kw_only(), py::arg("profile") = "training")
       .def_property_readonly("settings", &PyLocalEvaluator::settings, "Every setting's value, by key.")
-      .def_property_readonly("work_dir", &PyLocalEvaluator::work_dir)
+      .def_property_readonly("work_dir", [](const PyLocalEvaluator& e) { return e.config().work_dir; },
+                             "Builds, logs and reference timings (resolved: the setting, else $KBRL_WORK_DIR, else ~/.cache/kbrl).")
+      .def_property_readonly("worker_script", [](const PyLocalEvaluator& e) { return e.config().worker_script; },
+                             "The worker program the evaluator runs (resolved).")
+      .def_property_readonly("python", [](const PyLocalEvaluator& e) { return e.config().python; },
+                             "The interpreter the workers run on (resolved).")
       .def("stats", &PyLocalEvaluator::stats, "Counts: submitted, finished, compiles, cache hits, workers.");
 
   py::class_<PyRemoteEvaluator, PyEvaluator>(

@@ -5,7 +5,8 @@
 #   then kbrl-eval kernel on PROBLEM / KERNEL (a correct CPU candidate), whose JSON result must
 #   say correct; then the same with the installed worker replaced by one that fails with a
 #   marker, which must show in the result or the worker log it names: the evaluation ran the
-#   installed worker, not the source tree's.
+#   installed worker, not the source tree's. Where PYTHON_INSTALL_DIR is given: the installed Python
+#   module imports from the prefix and picks the installed worker.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
@@ -74,3 +75,18 @@ if(correct OR marker EQUAL -1)
                       "report it (exit ${rc}): it did not run ${worker}\n${out}${err}")
 endif()
 message(STATUS "installed kbrl-eval ran its installed worker")
+
+# The Python module, where the build made one: imported from the prefix with nothing but
+# PYTHONPATH, it must load (its run path) and pick the installed worker, found relative to the
+# module itself (the interpreter is not an installed program of ours). The code is in lines, not
+# ';'-separated: a ';' would split the argument into a CMake list.
+if(PYTHON_INSTALL_DIR)
+  set(site "${prefix}/${PYTHON_INSTALL_DIR}")
+  step(${run} "PYTHONPATH=${site}" "${PYTHON}" -c
+       "import kbrl, os\nev = kbrl.LocalEvaluator(device='cpu', work_dir='${WORK_DIR}/py-work')\nprint(kbrl.__file__)\nprint(os.path.realpath(ev.worker_script))")
+  file(REAL_PATH "${worker}" real_worker)
+  file(REAL_PATH "${site}" real_site)
+  expect("${real_site}/kbrl." "the installed Python module's location")
+  expect("${real_worker}" "the installed Python module's worker")
+  message(STATUS "installed Python module: loads, and uses the installed worker")
+endif()

@@ -116,7 +116,9 @@ class EvaluatorSettings(unittest.TestCase):
         self.assertEqual(s["static_check_severity"], {"missing_kernel": "warning"})
         self.assertEqual(s["compile_workers"], 1)
         self.assertIsNone(s["rtol"])
-        self.assertEqual(ev.work_dir, os.path.join(ARGS.work, "evaluator"))
+        self.assertEqual(str(ev.work_dir), os.path.join(ARGS.work, "evaluator"))
+        self.assertTrue(os.path.isfile(ev.worker_script) and os.path.basename(ev.worker_script) == "kbrl_worker.py")
+        self.assertEqual(self.make(python="/opt/python3", worker_script=ev.worker_script).python, "/opt/python3")
         # keyword arguments go over the dict
         self.assertEqual(self.make({"timing_trials": 7}, timing_trials=9).settings["timing_trials"], 9)
 
