@@ -85,6 +85,12 @@ json::value to_json(py::handle h, const std::string& path) {
   if (py::isinstance<py::float_>(h)) return h.cast<double>();
   if (py::isinstance<py::str>(h)) return json::string(utf8(h));
   if (py::hasattr(h, "__fspath__")) return json::string(utf8(py::module_::import("os").attr("fspath")(h)));
+  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
+    json::array a;
+    std::size_t i = 0;
+    for (auto item : h) a.push_back(to_json(item, fmt::format("{}[{}]", path, i++)));
+    return a;
+  }
   if (py::isinstance<py::dict>(h) || py::isinstance(h, py::module_::import("collections.abc").attr("Mapping"))) {
     json::object o;
     for (auto item : py::reinterpret_borrow<py::dict>(py::dict(py::reinterpret_borrow<py::object>(h)))) {
@@ -94,12 +100,6 @@ json::value to_json(py::handle h, const std::string& path) {
       o[key] = to_json(item.second, core::JsonReader::field_name(path, key));
     }
     return o;
-  }
-  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
-    json::array a;
-    std::size_t i = 0;
-    for (auto item : h) a.push_back(to_json(item, fmt::format("{}[{}]", path, i++)));
-    return a;
   }
   throw core::InvalidArgument(fmt::format("{}: a {} has no JSON form (expected None, bool, int, float, str, a path, "
                                           "a dict or a list)",
@@ -268,15 +268,17 @@ class PyEvaluator {
  public:
   virtual ~PyEvaluator() = default;
 
-  eval::Evaluator& evaluator() const {
+  // A reference for the call's duration: close() from another thread while this call runs
+  // without the GIL leaves the evaluator alive until the call is done with it.
+  std::shared_ptr<eval::Evaluator> evaluator() const {
     if (!evaluator_) throw core::Error("the evaluator is closed");
-    return *evaluator_;
+    return evaluator_;
   }
 
   // Destroying a LocalEvaluator stops its workers and answers what is pending: without the GIL,
   // so that threads waiting on results can take them.
   void close() {
-    std::unique_ptr<eval::Evaluator> e = std::move(evaluator_);
+    std::shared_ptr<eval::Evaluator> e = std::move(evaluator_);
     py::gil_scoped_release release;
     e.reset();
   }
@@ -286,12 +288,12 @@ class PyEvaluator {
   std::vector<py::object> evaluate(py::iterable requests) {
     std::vector<core::EvalRequest> converted;
     for (auto r : requests) converted.push_back(request(r, fmt::format("requests[{}]", converted.size())));
-    eval::Evaluator& e = evaluator();
+    const std::shared_ptr<eval::Evaluator> e = evaluator();
     std::vector<std::future<core::EvalResult>> futures;
     futures.reserve(converted.size());
     {
       py::gil_scoped_release release;
-      for (auto& r : converted) futures.push_back(e.submit(std::move(r)));
+      for (auto& r : converted) futures.push_back(e->submit(std::move(r)));
     }
     std::vector<py::object> out;
     out.reserve(futures.size());
@@ -304,13 +306,13 @@ class PyEvaluator {
 
   std::future<core::EvalResult> submit(py::handle request_dict) {
     core::EvalRequest r = request(request_dict, "request");
-    eval::Evaluator& e = evaluator();
+    const std::shared_ptr<eval::Evaluator> e = evaluator();
     py::gil_scoped_release release;
-    return e.submit(std::move(r));
+    return e->submit(std::move(r));
   }
 
  protected:
-  std::unique_ptr<eval::Evaluator> evaluator_;
+  std::shared_ptr<eval::Evaluator> evaluator_;
   RequestDefaults defaults_;
 };
 
@@ -435,7 +437,7 @@ class PyLocalEvaluator : public PyEvaluator {
   py::dict settings() const { return settings_dict(settings_); }
 
   py::dict stats() const {
-    const auto& local = dynamic_cast<const eval::LocalEvaluator&>(evaluator());
+    const auto& local = dynamic_cast<const eval::LocalEvaluator&>(*evaluator());
     const auto s = local.stats();
     py::dict d;
     d["submitted"] = s.submitted;
@@ -449,7 +451,7 @@ class PyLocalEvaluator : public PyEvaluator {
     return d;
   }
 
-  const eval::LocalEvaluatorConfig& config() const { return dynamic_cast<const eval::LocalEvaluator&>(evaluator()).config(); }
+  eval::LocalEvaluatorConfig config() const { return dynamic_cast<const eval::LocalEvaluator&>(*evaluator()).config(); }
 
  private:
   eval::EvaluatorSettings settings_;
@@ -515,7 +517,7 @@ class PyRemoteEvaluator : public PyEvaluator {
   }
 
   py::dict stats() const {
-    const auto s = dynamic_cast<const eval::RemoteEvaluator&>(evaluator()).stats();
+    const auto s = dynamic_cast<const eval::RemoteEvaluator&>(*evaluator()).stats();
     py::dict d;
     d["submitted"] = s.submitted;
     d["delivered"] = s.delivered;
@@ -531,7 +533,7 @@ class PyRemoteEvaluator : public PyEvaluator {
   }
 
   std::map<std::string, int> servers() const {
-    return dynamic_cast<const eval::RemoteEvaluator&>(evaluator()).servers();
+    return dynamic_cast<const eval::RemoteEvaluator&>(*evaluator()).servers();
   }
 
  private:
