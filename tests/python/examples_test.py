@@ -48,8 +48,10 @@ def main():
     ]
     failures = []
 
-    def check(where, rewards):
-        for (_, _, kind), r in zip(cases, rewards):
+    def check(where, rewards, which=cases):
+        if len(rewards) != len(which):
+            failures.append(f"{where}: {len(rewards)} rewards for {len(which)} completions")
+        for (_, _, kind), r in zip(which, rewards):
             ok = {"correct": abs(r - 1.0) < 1e-9, "wrong": 0.3 - 1e-9 <= r < 1.0,
                   "hack": r == 0.0, "no kernel": r == 0.0}[kind]
             print(f"  {where}: {kind}: {r:.4f}")
@@ -70,23 +72,25 @@ def main():
     check("TRL", trl)
     # standard (non-conversational) completions are plain strings
     plain = trl_reward.kernel_reward(prompts=["p"], completions=[cases[0][1]], problem=[problems[3]])
-    check("TRL (plain text)", plain)
+    check("TRL (plain text)", plain, cases[:1])
 
     # verl: ground_truth is the reference program, extra_info names the problem.
     t0 = time.monotonic()
+    # one call per response (verl's naive manager) on the correct and the hack answer, the batch on all
+    single = [cases[0], cases[2]]
     verl_one = [verl_reward.compute_score(data_source="kernelbench", solution_str=text,
                                           ground_truth=problems[n]["source"], extra_info={"problem_id": problems[n]["id"]})
-                for n, text, _ in cases]
+                for n, text, _ in single]
     verl_batch = verl_reward.compute_score_batch(
         data_sources=["kernelbench"] * len(cases), solution_strs=[t for _, t, _ in cases],
         ground_truths=[problems[n]["source"] for n, _, _ in cases],
         extra_infos=[{"problem_id": problems[n]["id"]} for n, _, _ in cases])
-    print(f"verl compute_score x{len(cases)} and compute_score_batch: {time.monotonic() - t0:.1f} s")
-    for name, scores in (("verl compute_score", verl_one), ("verl compute_score_batch", verl_batch)):
-        if not all(isinstance(s, dict) and isinstance(s["score"], float) for s in scores):
-            failures.append(f"{name} did not return dicts with a float score: {scores!r}")
+    print(f"verl compute_score x{len(single)} and compute_score_batch x{len(cases)}: {time.monotonic() - t0:.1f} s")
+    for name, scores, which in (("verl compute_score", verl_one, single), ("verl compute_score_batch", verl_batch, cases)):
+        if len(scores) != len(which) or not all(isinstance(s, dict) and isinstance(s["score"], float) for s in scores):
+            failures.append(f"{name} did not return a dict with a float score per response: {scores!r}")
             continue
-        check(name, [s["score"] for s in scores])
+        check(name, [s["score"] for s in scores], which)
     if verl_one and verl_one[0].get("correct") != 1.0:
         failures.append(f"verl's extra info for the correct kernel: {verl_one[0]}")
     if failures:
