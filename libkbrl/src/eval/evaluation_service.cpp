@@ -496,13 +496,20 @@ net::HandlerResult EvaluationService::post_evaluations(const net::HttpRequest& r
                                       i, batch.requests[i].request_id));
       entries[i] = it->second;
     }
-    // All or nothing: a batch partly admitted would leave the client to sort out which half to resend.
-    if (queue_.size() + fresh > config_.max_queue) {
+    // All or nothing: a batch partly admitted would leave the client to sort out which half to
+    // resend. The server holds at most concurrency + max_queue unfinished requests: those that go
+    // straight into a free slot never wait in the queue.
+    const std::size_t concurrency = static_cast<std::size_t>(config_.compile_workers + config_.run_lanes);
+    const std::size_t held = queue_.size() + in_flight_;
+    const std::size_t room = config_.max_queue + concurrency - std::min(held, config_.max_queue + concurrency);
+    if (fresh > room) {
       net::HttpResponse r = net::HttpResponse::json(
           429, json::serialize(json::object{
-                   {"error", fmt::format("queue full: {} waiting, room for {}, the batch needs {}", queue_.size(),
-                                         config_.max_queue - std::min(config_.max_queue, queue_.size()), fresh)},
+                   {"error", fmt::format("queue full: {} waiting and {} running, room for {} more, the batch needs {}",
+                                         queue_.size(), in_flight_, room, fresh)},
                    {"queue_depth", queue_.size()},
+                   {"in_flight", in_flight_},
+                   {"concurrency", concurrency},
                    {"max_queue", config_.max_queue}}));
       r.headers.emplace_back("Retry-After", std::to_string(retry_after_s_locked()));
       return r;
@@ -602,7 +609,7 @@ bool EvaluationService::wait_drained(double timeout_s) {
     const bool evaluated = queue_.empty() && in_flight_ == 0;
     const bool streamed = open_streams_ == 0;
     const bool polled = unfetched_polls_ == 0 || Clock::now() >= last_finish_ + grace;
-    if (evaluated && streamed && polled) return unfetched_polls_ == 0;
+    if (evaluated && streamed && polled) return true;
     const auto now = Clock::now();
     if (now >= deadline) return false;
     // Polls expire without an event: wake at the grace's end too.

@@ -305,6 +305,7 @@ struct RemoteEvaluator::State {
       s.next_probe = Clock::now() + seconds(config.refresh_s);
       if (ok) {
         s.reachable = true;
+        s.batch_limit = 0;  // what a 429 or 413 taught holds until the server is asked again
         s.concurrency = concurrency;
         s.draining = draining;
         s.failures = 0;
@@ -460,7 +461,8 @@ struct RemoteEvaluator::State {
         s->not_before = Clock::now() + std::chrono::seconds(retry_after(*response));
         try {  // a batch larger than the room it reports would never fit: send smaller ones
           const auto v = core::parse_json(response->body).as_object();
-          const auto room = v.at("max_queue").to_number<std::int64_t>() - v.at("queue_depth").to_number<std::int64_t>();
+          const auto room = v.at("max_queue").to_number<std::int64_t>() + v.at("concurrency").to_number<std::int64_t>() -
+                            v.at("queue_depth").to_number<std::int64_t>() - v.at("in_flight").to_number<std::int64_t>();
           if (room >= 1 && static_cast<std::size_t>(room) < left.size()) s->batch_limit = static_cast<std::size_t>(room);
         } catch (const std::exception&) {
         }
