@@ -282,7 +282,14 @@ void EvaluationService::dispatch_loop() {
     }
     core::EvalResult result;
     try {
-      result = evaluator_.submit(entry->request).get();
+      auto future = evaluator_.submit(entry->request);
+      // Waited for in slices: a service stopped without a drain (a second signal) must not wait
+      // for a build; the evaluator answers the abandoned future later, to nobody.
+      while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+        std::lock_guard lock(mu_);
+        if (stopping_) throw core::Error("the evaluation service stopped before this request finished");
+      }
+      result = future.get();
     } catch (const std::exception& e) {
       result.request_id = entry->id;
       result.problem_id = entry->request.problem.id;
@@ -292,7 +299,7 @@ void EvaluationService::dispatch_loop() {
     {
       std::lock_guard lock(mu_);
       --in_flight_;
-      ++evaluations_total_;
+      if (!stopping_) ++evaluations_total_;  // else it was abandoned, not run to its end
       const auto stage = [&](const char* name) {
         auto it = result.stage_seconds.find(name);
         return it == result.stage_seconds.end() ? 0.0 : it->second;
