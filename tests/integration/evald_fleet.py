@@ -241,9 +241,6 @@ def main():
                 print(s.log_text())
                 return 1
         check_refusals(c)
-        if not check(wait_for(lambda: all(s.ready() for s in servers), 120), "every server becomes ready"):
-            return 1
-        print(f"servers ready after {time.monotonic() - started:.1f} s", flush=True)
 
         endpoints = os.path.join(args.work, "endpoints.txt")
         write_endpoints(endpoints, [a, b])
@@ -264,6 +261,10 @@ def main():
         reader.start()
         err_reader = threading.Thread(target=lambda: client_err.extend(client.stderr))
         err_reader.start()
+        # The client starts at once: requests wait in the servers while their workers import torch.
+        if not check(wait_for(lambda: all(s.ready() for s in servers), 120), "every server becomes ready"):
+            return 1
+        print(f"servers ready after {time.monotonic() - started:.1f} s", flush=True)
 
         # 1. c joins with its queue full: the client is answered 429 and backs off.
         wait_for(lambda: len(lines) >= 10 or client.poll() is not None, 60)
