@@ -97,6 +97,21 @@ int serve(const ServiceFlags& f, const eval::EvaluatorSettings& settings) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Listening first: a port in use fails in milliseconds, before any worker starts. Until the
+  // service exists the server answers 503.
+  std::atomic<eval::EvaluationService*> routes{nullptr};
+  net::HttpServerConfig hc;
+  hc.host = host;
+  hc.port = port;
+  hc.threads = f.io_threads;
+  hc.max_body_bytes = f.max_body_bytes;
+  hc.tls_cert = f.tls_cert;
+  hc.tls_key = f.tls_key;
+  net::HttpServer server(hc, [&routes](const net::HttpRequest& r) -> net::HandlerResult {
+    if (auto* service = routes.load()) return service->handle(r);
+    return net::HttpResponse::error(503, "starting");
+  });
+
   eval::LocalEvaluator evaluator(eval::local_evaluator_config(settings));
   evaluator.start_workers();
   const auto& local = evaluator.config();
@@ -110,15 +125,16 @@ int serve(const ServiceFlags& f, const eval::EvaluatorSettings& settings) {
   sc.default_options = settings.options;
   sc.ready = [&evaluator] { return evaluator.workers_ready(); };
   eval::EvaluationService service(evaluator, sc);
-
-  net::HttpServerConfig hc;
-  hc.host = host;
-  hc.port = port;
-  hc.threads = f.io_threads;
-  hc.max_body_bytes = f.max_body_bytes;
-  hc.tls_cert = f.tls_cert;
-  hc.tls_key = f.tls_key;
-  net::HttpServer server(hc, [&service](const net::HttpRequest& r) { return service.handle(r); });
+  routes = &service;
+  // Whatever ends this scope, the server stops before the service it calls is destroyed.
+  struct StopServerFirst {
+    net::HttpServer& server;
+    std::atomic<eval::EvaluationService*>& routes;
+    ~StopServerFirst() {
+      server.stop();
+      routes = nullptr;
+    }
+  } stop_server_first{server, routes};
   if (!f.port_file.empty()) write_port_file(f.port_file, server.port());
   const auto cap = service.capacity();
   std::cerr << fmt::format(

@@ -362,5 +362,15 @@ TEST_CASE("stream false: 202, then polling by id: queued or running, the result,
   CHECK(poll("a").status == 200);
   CHECK(poll("b").status == 200);
   CHECK(service.wait_drained(5));
+  // Unfetched results hold the drain only for drain_poll_grace_s.
+  auto c2 = config();
+  c2.drain_poll_grace_s = 0.3;
+  eval::ScriptedEvaluator ev2;
+  ev2.otherwise(eval::scripted_result(core::ErrorCategory::none));
+  eval::EvaluationService short_grace(ev2, c2);
+  CHECK(plain(short_grace.handle(http("POST", "/v1/evaluations", batch_body({request("x")}, false)))).status == 202);
+  short_grace.begin_drain();
+  CHECK_FALSE(short_grace.wait_drained(0.1));
+  CHECK(short_grace.wait_drained(5));
   CHECK(core::from_json<core::EvalResult>(poll("b").body).request_id == "b");
 }

@@ -282,7 +282,14 @@ void EvaluationService::dispatch_loop() {
     }
     core::EvalResult result;
     try {
-      result = evaluator_.submit(entry->request).get();
+      auto future = evaluator_.submit(entry->request);
+      // Waited for in slices: a service stopped without a drain (a second signal) must not wait
+      // for a build; the evaluator answers the abandoned future later, to nobody.
+      while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+        std::lock_guard lock(mu_);
+        if (stopping_) throw core::Error("the evaluation service stopped before this request finished");
+      }
+      result = future.get();
     } catch (const std::exception& e) {
       result.request_id = entry->id;
       result.problem_id = entry->request.problem.id;
@@ -292,7 +299,7 @@ void EvaluationService::dispatch_loop() {
     {
       std::lock_guard lock(mu_);
       --in_flight_;
-      ++evaluations_total_;
+      if (!stopping_) ++evaluations_total_;  // else it was abandoned, not run to its end
       const auto stage = [&](const char* name) {
         auto it = result.stage_seconds.find(name);
         return it == result.stage_seconds.end() ? 0.0 : it->second;
@@ -496,13 +503,20 @@ net::HandlerResult EvaluationService::post_evaluations(const net::HttpRequest& r
                                       i, batch.requests[i].request_id));
       entries[i] = it->second;
     }
-    // All or nothing: a batch partly admitted would leave the client to sort out which half to resend.
-    if (queue_.size() + fresh > config_.max_queue) {
+    // All or nothing: a batch partly admitted would leave the client to sort out which half to
+    // resend. The server holds at most concurrency + max_queue unfinished requests: those that go
+    // straight into a free slot never wait in the queue.
+    const std::size_t concurrency = static_cast<std::size_t>(config_.compile_workers + config_.run_lanes);
+    const std::size_t held = queue_.size() + in_flight_;
+    const std::size_t room = config_.max_queue + concurrency - std::min(held, config_.max_queue + concurrency);
+    if (fresh > room) {
       net::HttpResponse r = net::HttpResponse::json(
           429, json::serialize(json::object{
-                   {"error", fmt::format("queue full: {} waiting, room for {}, the batch needs {}", queue_.size(),
-                                         config_.max_queue - std::min(config_.max_queue, queue_.size()), fresh)},
+                   {"error", fmt::format("queue full: {} waiting and {} running, room for {} more, the batch needs {}",
+                                         queue_.size(), in_flight_, room, fresh)},
                    {"queue_depth", queue_.size()},
+                   {"in_flight", in_flight_},
+                   {"concurrency", concurrency},
                    {"max_queue", config_.max_queue}}));
       r.headers.emplace_back("Retry-After", std::to_string(retry_after_s_locked()));
       return r;
@@ -602,7 +616,7 @@ bool EvaluationService::wait_drained(double timeout_s) {
     const bool evaluated = queue_.empty() && in_flight_ == 0;
     const bool streamed = open_streams_ == 0;
     const bool polled = unfetched_polls_ == 0 || Clock::now() >= last_finish_ + grace;
-    if (evaluated && streamed && polled) return unfetched_polls_ == 0;
+    if (evaluated && streamed && polled) return true;
     const auto now = Clock::now();
     if (now >= deadline) return false;
     // Polls expire without an event: wake at the grace's end too.

@@ -117,6 +117,7 @@ struct Lane {
   std::vector<std::string> sandbox_devices;  // device nodes the sandbox lets this lane see
   std::unique_ptr<Subprocess> proc;
   std::atomic<pid_t> pid{-1};  // of the running worker, readable from other threads
+  std::atomic<pid_t> starting_pid{-1};  // of a worker still importing torch (the destructor stops it)
   std::string torch_version;
   std::string timing_method;  // how the worker times runs: part of the reference-timing cache key
   std::string device_name;  // reported by the first run on this lane
@@ -204,6 +205,10 @@ struct LocalEvaluator::Impl {
   int runs_waiting = 0;
   int runs_active = 0;
   bool exclusive_cpu() const { return config.platform == core::DevicePlatform::cpu; }
+  bool stopping_now() {
+    std::lock_guard lock(mu);
+    return stopping;
+  }
   // Builds in flight, on every backend: while they leave cores idle, a build compiles its binding
   // file beside nvcc's front ends (sooner done); beyond that, after them, so that a source that
   // fails to compile costs no binding compile (fast_build.binding_early).
@@ -374,6 +379,11 @@ struct LocalEvaluator::Impl {
       why = e.what();
       return false;
     }
+    lane.starting_pid = lane.proc->pid();
+    struct Started {
+      std::atomic<pid_t>& pid;
+      ~Started() { pid = -1; }
+    } started{lane.starting_pid};
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(config.worker_start_timeout_s));
     const auto line = lane.proc->read_line(deadline);
@@ -477,7 +487,7 @@ struct LocalEvaluator::Impl {
           lane.warm_tried = true;
           lock.unlock();
           std::string why;
-          if (!ensure_worker(lane, why)) std::fprintf(stderr, "evaluator: %s\n", why.c_str());
+          if (!ensure_worker(lane, why) && !stopping_now()) std::fprintf(stderr, "evaluator: %s\n", why.c_str());
           continue;
         }
         job = queue.front();
@@ -760,8 +770,10 @@ LocalEvaluator::~LocalEvaluator() {
     impl_->compiling.clear();
     impl_->cv.notify_all();
   }
-  for (auto& lane : impl_->lanes)  // unblocks lanes waiting on long jobs; they see `stopping`
+  for (auto& lane : impl_->lanes) {  // unblocks lanes waiting on long jobs or a starting worker
     if (const pid_t pid = lane->pid.load(); pid > 0) ::kill(-pid, SIGKILL);
+    if (const pid_t pid = lane->starting_pid.load(); pid > 0) ::kill(-pid, SIGKILL);
+  }
   for (auto& lane : impl_->lanes)
     if (lane->thread.joinable()) lane->thread.join();
   {

@@ -145,6 +145,7 @@ struct Server {
   Clock::time_point not_before{};
   int failures = 0;
   Clock::time_point next_probe{};
+  std::string last_error;  // why it was last unreachable (for a request that gives up)
 };
 
 }  // namespace
@@ -287,6 +288,7 @@ struct RemoteEvaluator::State {
       bool ok = false;
       int concurrency = 0;
       bool draining = false;
+      std::string why;
       try {
         const auto r = client.request(u, "GET", headers(), {}, std::max(1.0, config.connect_timeout_s));
         if (r.status == 200) {
@@ -294,9 +296,12 @@ struct RemoteEvaluator::State {
           concurrency = static_cast<int>(v.at("concurrency").to_number<std::int64_t>());
           draining = v.at("draining").as_bool();
           ok = concurrency > 0;
+          if (!ok) why = "it advertises no concurrency";
+        } else {
+          why = fmt::format("GET /v1/capacity: HTTP {}: {}", r.status, error_text(r));
         }
-      } catch (const std::exception&) {
-        ok = false;
+      } catch (const std::exception& e) {
+        why = e.what();
       }
       std::lock_guard lock(mu);
       auto it = servers.find(origin);
@@ -305,11 +310,13 @@ struct RemoteEvaluator::State {
       s.next_probe = Clock::now() + seconds(config.refresh_s);
       if (ok) {
         s.reachable = true;
+        s.batch_limit = 0;  // what a 429 or 413 taught holds until the server is asked again
         s.concurrency = concurrency;
         s.draining = draining;
         s.failures = 0;
       } else {
         s.reachable = false;
+        s.last_error = why;
         ++s.failures;
         s.not_before = Clock::now() + backoff_locked(s.failures);
       }
@@ -320,14 +327,16 @@ struct RemoteEvaluator::State {
   // ---- one batch on one server ----------------------------------------------------------------
 
   // Puts requests back in the pool (they were on `origin`), after `delay` each.
+  // `accepted`: the server had taken them (its stream began), so the give-up clock starts again;
+  // refused or unreachable, they keep the time they have been waiting for a server.
   void requeue_locked(const std::vector<PendingPtr>& batch, const std::string& origin, bool penalize,
-                      const std::string& why) {
+                      const std::string& why, bool accepted = false) {
     const auto now = Clock::now();
     for (const auto& p : batch) {
       if (pending.count(p->seq) == 0 || p->server != origin) continue;
       p->server.clear();
       p->last_error = why;
-      p->unassigned_since = now;
+      if (accepted) p->unassigned_since = now;
       if (penalize) {
         ++p->attempts;
         p->not_before = now + backoff_locked(p->attempts);
@@ -443,7 +452,7 @@ struct RemoteEvaluator::State {
     }
     if (!response) {
       server_failed_locked(origin, failure);
-      requeue_locked(left, origin, true, failure);
+      requeue_locked(left, origin, true, failure, !raw.empty());
       return;
     }
     const int status = response->status;
@@ -451,7 +460,7 @@ struct RemoteEvaluator::State {
     Server* s = servers.count(origin) ? &servers.at(origin) : nullptr;
     if (status == 200) {  // the stream ended before every result: the server went away mid-batch
       server_failed_locked(origin, "stream cut short");
-      requeue_locked(left, origin, true, fmt::format("{}: the result stream ended early", origin));
+      requeue_locked(left, origin, true, fmt::format("{}: the result stream ended early", origin), true);
       return;
     }
     if (status == 429) {
@@ -460,7 +469,8 @@ struct RemoteEvaluator::State {
         s->not_before = Clock::now() + std::chrono::seconds(retry_after(*response));
         try {  // a batch larger than the room it reports would never fit: send smaller ones
           const auto v = core::parse_json(response->body).as_object();
-          const auto room = v.at("max_queue").to_number<std::int64_t>() - v.at("queue_depth").to_number<std::int64_t>();
+          const auto room = v.at("max_queue").to_number<std::int64_t>() + v.at("concurrency").to_number<std::int64_t>() -
+                            v.at("queue_depth").to_number<std::int64_t>() - v.at("in_flight").to_number<std::int64_t>();
           if (room >= 1 && static_cast<std::size_t>(room) < left.size()) s->batch_limit = static_cast<std::size_t>(room);
         } catch (const std::exception&) {
         }
@@ -503,12 +513,6 @@ struct RemoteEvaluator::State {
                                     std::vector<std::tuple<std::string, net::Url, std::vector<PendingPtr>>>& batches) {
     const auto now = Clock::now();
     auto wake = now + std::chrono::milliseconds(500);
-    for (auto& [seq, p] : pending) {
-      if (!p->server.empty()) continue;
-      if (now - p->unassigned_since >= seconds(config.give_up_after_s)) give_up.push_back(p);
-      else wake = std::min(wake, p->unassigned_since + seconds(config.give_up_after_s));
-    }
-    for (const auto& p : give_up) p->server = "<given up>";  // not dispatched again; the caller delivers it
     while (true) {
       // The least loaded server with room, by our share of its advertised concurrency.
       Server* best = nullptr;
@@ -545,6 +549,20 @@ struct RemoteEvaluator::State {
       ++stats.batches;
       batches.emplace_back(best_origin, best->url, std::move(batch));
     }
+    // Waiting for room on a healthy server is not waiting for an answer: while one is usable
+    // (reachable, not draining, not backing off), the give-up clock of the requests still here
+    // stands still. It runs while every server is down, refusing (429, 503) or failing them.
+    const bool usable = std::any_of(servers.begin(), servers.end(), [&](const auto& kv) {
+      const Server& s = kv.second;
+      return s.present && s.reachable && !s.draining && s.concurrency > 0 && now >= s.not_before;
+    });
+    for (auto& [seq, p] : pending) {
+      if (!p->server.empty()) continue;
+      if (usable && now >= p->not_before) p->unassigned_since = now;
+      if (now - p->unassigned_since >= seconds(config.give_up_after_s)) give_up.push_back(p);
+      else wake = std::min(wake, p->unassigned_since + seconds(config.give_up_after_s));
+    }
+    for (const auto& p : give_up) p->server = "<given up>";  // not dispatched again; the caller delivers it
     return wake;
   }
 };
@@ -610,9 +628,16 @@ RemoteEvaluator::RemoteEvaluator(RemoteEvaluatorConfig config) {
             std::lock_guard l(s->mu);
             ++s->stats.gave_up;
           }
+          std::string why = p->last_error;
+          {
+            std::lock_guard l(s->mu);
+            for (const auto& [origin, server] : s->servers)
+              if (!server.reachable && !server.last_error.empty())
+                why += (why.empty() ? "" : "; ") + origin + ": " + server.last_error;
+            if (s->servers.empty()) why += (why.empty() ? "" : "; ") + std::string("no endpoints");
+          }
           s->deliver(p, s->internal_result(*p, fmt::format("no kbrl-evald server took this request for {:.0f} s{}",
-                                                            s->config.give_up_after_s,
-                                                            p->last_error.empty() ? "" : " (last: " + p->last_error + ")")),
+                                                            s->config.give_up_after_s, why.empty() ? "" : " (" + why + ")")),
                      "");
         }
         lock.lock();

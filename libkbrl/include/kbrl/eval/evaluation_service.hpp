@@ -74,7 +74,9 @@ struct EvaluationServiceConfig {
   // compile_workers + run_lanes requests in the evaluator and queues the rest.
   int compile_workers = 1;
   int run_lanes = 1;
-  std::size_t max_queue = 0;     // requests waiting for a slot; 0: 4 x (compile_workers + run_lanes)
+  // Requests waiting for a slot; the server holds at most concurrency + max_queue unfinished ones
+  // and refuses a batch that would exceed it (429). 0: 4 x (compile_workers + run_lanes).
+  std::size_t max_queue = 0;
   std::size_t max_batch = 1024;  // requests per POST
   std::filesystem::path journal_dir;  // empty: no journal (idempotency lasts while the process runs)
   std::string token;                  // empty: no auth
@@ -102,7 +104,8 @@ class EvaluationService {
   void begin_drain();
   // Blocks until every accepted request is finished and delivered: streams ended, results of
   // polled batches fetched (or drain_poll_grace_s passed since the last evaluation finished), or
-  // `timeout_s` (<= 0: no limit). True when everything was delivered.
+  // `timeout_s` (<= 0: no limit). True when drained, false when the timeout came first. Results
+  // not fetched within the grace stay in the journal.
   bool wait_drained(double timeout_s = 0);
 
   struct Capacity {
