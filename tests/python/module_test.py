@@ -177,6 +177,37 @@ class EvaluatorSettings(unittest.TestCase):
                 ev.evaluate([{"candidate_source": ""}])
 
 
+    def test_waiting_times_out_is_interruptible_and_never_hangs(self):
+        import kbrl
+        import signal
+        import threading
+        import time
+        request = {"problem": {"id": "p", "source": "import torch\nclass Model(torch.nn.Module): pass\n"},
+                   "candidate_source": "class ModelNew: pass\n"}
+        # No server listens on port 1: requests wait for one until give_up_after_s.
+        with kbrl.RemoteEvaluator(["http://127.0.0.1:1"], language="cpp", give_up_after_s=60) as ev:
+            future = ev.submit(request)
+            t0 = time.monotonic()
+            with self.assertRaises(TimeoutError):
+                future.result(timeout=0.3)
+            self.assertLess(time.monotonic() - t0, 5)
+            self.assertFalse(future.done())
+            timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+            timer.start()
+            t0 = time.monotonic()
+            with self.assertRaises(KeyboardInterrupt):
+                ev.evaluate([request])
+            timer.join()
+            self.assertLess(time.monotonic() - t0, 5)
+        # closing answered what was pending
+        self.assertEqual(future.result(timeout=10)["error_category"], "internal")
+        with kbrl.RemoteEvaluator(["http://127.0.0.1:1"], language="cpp", give_up_after_s=0.5) as ev:
+            t0 = time.monotonic()
+            [result] = ev.evaluate([request])
+            self.assertEqual(result["error_category"], "internal")
+            self.assertLess(time.monotonic() - t0, 10)
+
+
 class Rewards(unittest.TestCase):
     RESULT = {"format_ok": True, "static_ok": True, "compiled": True, "correctness": False, "trials_passed": 1,
               "trials_total": 4, "error_category": "correctness", "static_findings": []}
