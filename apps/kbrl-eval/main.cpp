@@ -28,7 +28,6 @@
 #include "kbrl/dataset/load.hpp"
 #include "kbrl/core/hash.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
-#include "kbrl/eval/remote_evaluator.hpp"
 #include "kbrl/eval/settings.hpp"
 #include "kbrl/eval/summary.hpp"
 #include "kbrl/log/jsonl.hpp"
@@ -50,42 +49,24 @@ extern "C" void on_interrupt(int) { g_interrupted = true; }
 
 // What every command asks of each request besides the evaluator settings.
 struct RequestOptions {
-  std::string endpoints;  // kbrl-evald servers; empty: evaluate on this machine
   std::string language;  // empty: the device's usual one
   std::string precision = "fp32";
   std::string summary_json;  // also write the summary here
 };
 
 void add_request_options(CLI::App& cmd, RequestOptions& o) {
-  cmd.add_option("--endpoints", o.endpoints,
-                 "evaluate on kbrl-evald servers instead of this machine: URL[,URL...], dns://NAME:PORT or a file of "
-                 "them (docs/services.md); the token comes from $KBRL_EVALD_TOKEN. The evaluator settings other than "
-                 "the evaluation options are then the servers'")
-      ->type_name("URLS|FILE");
   cmd.add_option("--language", o.language, "cuda, triton, hip or cpp [default: cpp on cpu, cuda on cuda, hip on hip]")
       ->check(CLI::IsMember({"cuda", "triton", "hip", "cpp"}));
   cmd.add_option("--precision", o.precision, "fp32, fp16 or bf16 [default: fp32]")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
 }
 
-// The evaluator of a command: the fleet when --endpoints is given, else a LocalEvaluator.
-std::unique_ptr<eval::Evaluator> make_evaluator(const RequestOptions& o, const eval::EvaluatorSettings& settings) {
-  if (o.endpoints.empty()) return std::make_unique<eval::LocalEvaluator>(eval::local_evaluator_config(settings));
-  eval::RemoteEvaluatorConfig config;
-  try {
-    config = eval::remote_evaluator_config(o.endpoints);
-  } catch (const core::InvalidArgument& e) {
-    throw apps::UsageError(fmt::format("--endpoints: {}", e.what()));
-  }
-  return std::make_unique<eval::RemoteEvaluator>(config);
-}
-
 // A server keeps the result of every request_id it finished, and refuses the same id for another
 // request: on a fleet, a candidate's id carries a hash of the request, so that another run's
 // file of the same name is not taken for this one (and the same request is answered again).
-void name_request(core::EvalRequest& r, const RequestOptions& o, const std::string& name) {
+void name_request(core::EvalRequest& r, const eval::EvaluatorSettings& settings, const std::string& name) {
   r.request_id = name;
-  if (!o.endpoints.empty()) r.request_id += "-" + core::sha256_hex(core::to_json(r)).substr(0, 16);
+  if (!settings.endpoints.empty()) r.request_id += "-" + core::sha256_hex(core::to_json(r)).substr(0, 16);
 }
 
 core::EvalRequest base_request(const RequestOptions& o, const eval::EvaluatorSettings& settings) {
@@ -138,8 +119,8 @@ int cmd_kernel(const KernelCommand& k, const eval::EvaluatorSettings& settings) 
   core::EvalRequest r = base_request(k.request, settings);
   r.problem = p;
   r.candidate_source = candidate_program(core::read_file(k.kernel));
-  name_request(r, k.request, fs::path(k.kernel).filename().string());
-  const auto evaluator = make_evaluator(k.request, settings);
+  name_request(r, settings, fs::path(k.kernel).filename().string());
+  const auto evaluator = eval::make_evaluator(settings);
   const core::EvalResult result = evaluator->evaluate({r})[0];
   json::value v = json::value_from(result);
   std::cout << json::serialize(v) << "\n";
@@ -218,13 +199,13 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
 
   log::JsonlWriter jsonl(jsonl_path);
   {
-    const auto evaluator = make_evaluator(g.request, settings);
+    const auto evaluator = eval::make_evaluator(settings);
     std::vector<std::pair<Candidate, std::future<core::EvalResult>>> pending;
     for (const auto& c : todo) {
       core::EvalRequest r = base;
       r.problem = by_number.at(c.problem);
       r.candidate_source = candidate_program(core::read_file(c.path));
-      name_request(r, g.request, fmt::format("level_{}_problem_{}_sample_{}", level, c.problem, c.sample));
+      name_request(r, settings, fmt::format("level_{}_problem_{}_sample_{}", level, c.problem, c.sample));
       pending.emplace_back(c, evaluator->submit(std::move(r)));
     }
     log::Progress progress("evaluating", static_cast<long>(pending.size()));

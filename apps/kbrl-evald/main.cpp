@@ -87,6 +87,8 @@ int serve(const ServiceFlags& f, const eval::EvaluatorSettings& settings) {
   if (f.tls_cert.empty() != f.tls_key.empty()) throw apps::UsageError("--tls-cert and --tls-key go together");
   if (f.max_batch == 0) throw apps::UsageError("--max-batch: 0 is below 1");
   if (f.io_threads < 1) throw apps::UsageError("--io-threads: must be at least 1");
+  if (!settings.endpoints.empty())
+    throw apps::UsageError("--endpoints: kbrl-evald evaluates on this machine; it does not forward to other servers");
   const std::string token = read_token(f);
 
   // SIGTERM and SIGINT are taken by sigwait below, in this thread: blocked here before any thread

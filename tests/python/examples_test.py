@@ -4,7 +4,8 @@ one, a reward hack the static checker rejects, and an answer without code. The r
 stage2's: 1 for the correct kernel, 0.3 plus partial credit for the wrong one, 0 for the hack and
 for the answer without a kernel; TRL's list, verl's per-call and batched scores must agree.
 
-    python examples_test.py --source <checkout> --work <evaluator work dir>   (PYTHONPATH holds kbrl*.so)
+    python examples_test.py --source <checkout> --work <evaluator work dir> [--compile-cache <dir>]
+        (PYTHONPATH holds kbrl*.so)
 """
 import argparse
 import json
@@ -21,11 +22,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--source", required=True)
     p.add_argument("--work", required=True)
+    p.add_argument("--compile-cache", default="")
     args = p.parse_args()
     # The examples read their settings from the environment; the same ones kbrl-eval's test uses,
     # so that its builds and reference timings in the work directory are reused.
-    os.environ["KBRL_EVALUATOR_SETTINGS"] = json.dumps(
-        {"device": "cpu", "timing_trials": 5, "warmup_runs": 1, "work_dir": args.work})
+    settings = {"device": "cpu", "timing_trials": 5, "warmup_runs": 1, "work_dir": args.work}
+    if args.compile_cache:
+        settings["compile_cache_dir"] = args.compile_cache
+    os.environ["KBRL_EVALUATOR_SETTINGS"] = json.dumps(settings)
     os.environ["KBRL_LANGUAGE"] = "cpp"
     os.environ["KBRL_REWARD"] = "stage2"
     sys.path.insert(0, os.path.join(args.source, "examples", "python"))

@@ -5,7 +5,7 @@ results; a wrong token is refused (HTTP 401, the example exits non-zero); Remote
 same verdicts through the same server; SIGTERM ends the server with exit code 0.
 
     python http_example_test.py --source <checkout> --evald <kbrl-evald> --work <evaluator work dir>
-        --scratch <dir>     (PYTHONPATH holds kbrl*.so)
+        [--compile-cache <dir>] --scratch <dir>     (PYTHONPATH holds kbrl*.so)
 """
 import argparse
 import json
@@ -27,6 +27,7 @@ def main():
     p.add_argument("--source", required=True)
     p.add_argument("--evald", required=True)
     p.add_argument("--work", required=True)
+    p.add_argument("--compile-cache", default="")
     p.add_argument("--scratch", required=True)
     args = p.parse_args()
     os.makedirs(args.scratch, exist_ok=True)
@@ -45,7 +46,8 @@ def main():
     log = open(os.path.join(args.scratch, "evald.log"), "w")
     server = subprocess.Popen(
         [args.evald, "--listen", "127.0.0.1:0", "--port-file", port_file, "--token-file", token_file,
-         "--journal", journal, "--device", "cpu", "--timing-trials", "5", "--warmup", "1", "--work-dir", args.work],
+         "--journal", journal, "--device", "cpu", "--timing-trials", "5", "--warmup", "1", "--work-dir", args.work]
+        + (["--compile-cache-dir", args.compile_cache] if args.compile_cache else []),
         stdout=log, stderr=subprocess.STDOUT)
     failures = []
     try:

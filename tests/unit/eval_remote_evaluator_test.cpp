@@ -84,7 +84,9 @@ TEST_CASE("endpoints: URLs, dns:// names and files; a bad entry is refused namin
   fs::create_directories(file.parent_path());
   std::ofstream(file) << "# fleet\nhttp://a:1\n";
   CHECK(eval::remote_evaluator_config(file.string()).endpoints_file == file);
-  for (const std::string bad : {"ftp://x:1", "dns://nameonly", "dns://x:99999", "/no/such/file", ""}) {
+  // A file that a cluster job writes later is taken as it is.
+  CHECK(eval::remote_evaluator_config("/shared/fleet/endpoints.txt").endpoints_file == "/shared/fleet/endpoints.txt");
+  for (const std::string bad : {"ftp://x:1", "dns://nameonly", "dns://x:99999", "htp://x:1", "a,b", ""}) {
     INFO(bad);
     CHECK_THROWS_AS(eval::remote_evaluator_config(bad), core::InvalidArgument);
   }
@@ -212,4 +214,20 @@ TEST_CASE("destroying the evaluator answers pending requests; a wrong token is a
   const auto r = g.get();
   CHECK(r.error_category == core::ErrorCategory::internal);
   CHECK(r.error_message.find("401") != std::string::npos);
+}
+
+TEST_CASE("dns:// takes every address of the name; those that do not answer get no work") {
+  TestServer a;  // on 127.0.0.1 only: localhost's ::1, where it resolves to one, is refused
+  const auto port = std::to_string(a.http->port());
+  eval::RemoteEvaluator ev(client({"dns://localhost:" + port}));
+  std::vector<std::future<core::EvalResult>> futures;
+  for (int i = 0; i < 5; ++i) futures.push_back(ev.submit(request("d" + std::to_string(i))));
+  for (auto& f : futures) {
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    CHECK(f.get().error_category == core::ErrorCategory::none);
+  }
+  const auto servers = ev.servers();
+  CHECK(servers.count("http://127.0.0.1:" + port) == 1);
+  CHECK(servers.at("http://127.0.0.1:" + port) == 2);  // its advertised concurrency
+  CHECK(ev.stats().results_by_server["http://127.0.0.1:" + port] == 5);
 }

@@ -94,9 +94,11 @@ RemoteEvaluatorConfig remote_evaluator_config(std::string_view endpoints) {
   const std::string spec = trim(endpoints);
   if (spec.empty()) throw core::InvalidArgument("endpoints: empty (expected URL[,URL...], dns://NAME:PORT or a file)");
   if (!is_url_entry(spec)) {
-    if (!fs::is_regular_file(spec))
+    // A file, which may not exist yet: a Slurm fleet writes it as its servers come up.
+    if (spec.find("://") != std::string::npos || spec.find(',') != std::string::npos)
       throw core::InvalidArgument(fmt::format(
-          "endpoints: '{}' is neither a URL (http://, https://, dns://) nor an existing file", spec));
+          "endpoints '{}': expected http://HOST:PORT, https://HOST:PORT, dns://NAME:PORT (comma-separated) or a file",
+          spec));
     c.endpoints_file = spec;
     return c;
   }
@@ -576,8 +578,6 @@ RemoteEvaluator::RemoteEvaluator(RemoteEvaluatorConfig config) {
   for (const auto& e : config.endpoints) validate_entry(e);
   if (config.endpoints.empty() && config.endpoints_file.empty())
     throw core::InvalidArgument("RemoteEvaluator: no endpoints (give URLs, dns://NAME:PORT or an endpoints file)");
-  if (!config.endpoints_file.empty() && !fs::is_regular_file(config.endpoints_file))
-    throw core::InvalidArgument(fmt::format("RemoteEvaluator: endpoints file {} not found", config.endpoints_file.string()));
   std::string token = config.token;
   if (token.empty() && !config.token_file.empty()) {
     try {
@@ -589,6 +589,15 @@ RemoteEvaluator::RemoteEvaluator(RemoteEvaluatorConfig config) {
   }
   if (token.empty() && !config.token_env.empty())
     if (const char* v = std::getenv(config.token_env.c_str())) token = trim(v);
+  if (token.empty() && !config.token_env.empty())
+    if (const char* file = std::getenv((config.token_env + "_FILE").c_str()); file != nullptr && *file != '\0') {
+      try {
+        const std::string text = core::read_file(file);
+        token = trim(text.substr(0, text.find('\n')));
+      } catch (const std::exception& e) {
+        throw core::InvalidArgument(fmt::format("RemoteEvaluator: ${}_FILE: {}", config.token_env, e.what()));
+      }
+    }
   net::HttpClientConfig hc;
   hc.connect_timeout_s = config.connect_timeout_s;
   hc.ca_file = config.ca_file;

@@ -25,9 +25,11 @@ struct RemoteEvaluatorConfig {
   // Servers: http://host:port or https://host:port URLs, and dns://name:port entries (every A
   // and AAAA record of the name, as http://address:port, re-resolved every refresh_s).
   std::vector<std::string> endpoints;
-  // A file of the same entries, one per line ('#' starts a comment), re-read every refresh_s.
+  // A file of the same entries, one per line ('#' starts a comment), re-read every refresh_s; it
+  // may appear later (requests wait for servers up to give_up_after_s).
   std::filesystem::path endpoints_file;
-  // The bearer token: `token`, else the first line of token_file, else the variable token_env.
+  // The bearer token: `token`, else the first line of token_file, else the variable token_env,
+  // else the first line of the file that the variable <token_env>_FILE names.
   std::string token;
   std::filesystem::path token_file;
   std::string token_env = "KBRL_EVALD_TOKEN";
@@ -44,7 +46,8 @@ struct RemoteEvaluatorConfig {
   int max_batch = 64;               // requests per POST
 };
 
-// "URL[,URL...]" (entries as above, dns:// included) or the path of an endpoints file: what
+// "URL[,URL...]" (entries as above, dns:// included) or the path of an endpoints file (text
+// without "://"; it need not exist yet): what
 // kbrl-eval's --endpoints and kbrl-train's evaluator.endpoints take. Throws
 // core::InvalidArgument naming the entry.
 RemoteEvaluatorConfig remote_evaluator_config(std::string_view endpoints);
