@@ -422,8 +422,11 @@ fs::path worker_beside_module() {
 
 class PyLocalEvaluator : public PyEvaluator {
  public:
-  PyLocalEvaluator(const py::object& settings, const std::string& profile, const py::kwargs& kwargs)
-      : settings_(settings_from(profile, settings, kwargs)) {
+  explicit PyLocalEvaluator(eval::EvaluatorSettings settings) : settings_(std::move(settings)) {
+    if (!settings_.endpoints.empty())
+      throw core::InvalidArgument(
+          "evaluator setting 'endpoints' names kbrl-evald servers: use kbrl.RemoteEvaluator, or kbrl.make_evaluator "
+          "(which picks the evaluator the settings describe)");
     eval::LocalEvaluatorConfig config = eval::local_evaluator_config(settings_);
     const char* env_worker = std::getenv("KBRL_WORKER_SCRIPT");
     if (config.worker_script.empty() && (env_worker == nullptr || *env_worker == '\0'))
@@ -464,7 +467,7 @@ eval::EvaluatorSettings request_settings_from(const std::string& profile, const 
   const auto check = [](py::handle key) {
     if (!py::isinstance<py::str>(key)) return;
     const eval::Setting* s = eval::find_evaluator_setting(utf8(key));
-    if (s != nullptr && s->field.rfind("EvalOptions::", 0) != 0)
+    if (s != nullptr && s->field.rfind("EvalOptions::", 0) != 0 && s->key != "endpoints")
       throw core::InvalidArgument(fmt::format(
           "evaluator setting '{}' is the servers' (a kbrl-evald flag, --{}); RemoteEvaluator takes the request "
           "options only (trials, timing, seed, tolerances, input families, timeouts)",
@@ -478,15 +481,28 @@ eval::EvaluatorSettings request_settings_from(const std::string& profile, const 
 
 class PyRemoteEvaluator : public PyEvaluator {
  public:
-  PyRemoteEvaluator(const py::object& endpoints, const py::object& settings, const std::string& language,
-                    const std::string& profile, const std::optional<std::string>& token,
-                    const std::optional<fs::path>& token_file, const std::string& token_env,
-                    const std::optional<fs::path>& ca_file, bool verify_tls, double refresh_s, double connect_timeout_s,
-                    double request_timeout_s, double backoff_initial_s, double backoff_max_s, double give_up_after_s,
-                    int max_batch, const py::kwargs& kwargs)
-      : settings_(request_settings_from(profile, settings, kwargs)) {
+  // `c` holds the servers; the settings give the requests' options.
+  PyRemoteEvaluator(eval::EvaluatorSettings settings, eval::RemoteEvaluatorConfig c, core::KernelLanguage language)
+      : settings_(std::move(settings)) {
+    defaults_.language = language;
+    defaults_.options = settings_.options;
+    py::gil_scoped_release release;
+    evaluator_ = std::make_unique<eval::RemoteEvaluator>(std::move(c));
+  }
+
+  // Python's constructor: endpoints as a list of entries, one string of them or a file (else the
+  // settings' `endpoints`), and the client's knobs.
+  static std::unique_ptr<PyRemoteEvaluator> create(
+      const py::object& endpoints, const py::object& settings, const std::string& language, const std::string& profile,
+      const std::optional<std::string>& token, const std::optional<fs::path>& token_file, const std::string& token_env,
+      const std::optional<fs::path>& ca_file, bool verify_tls, double refresh_s, double connect_timeout_s,
+      double request_timeout_s, double backoff_initial_s, double backoff_max_s, double give_up_after_s, int max_batch,
+      const py::kwargs& kwargs) {
+    eval::EvaluatorSettings options = request_settings_from(profile, settings, kwargs);
     eval::RemoteEvaluatorConfig c;
-    if (py::isinstance<py::str>(endpoints) || py::hasattr(endpoints, "__fspath__")) {
+    if (endpoints.is_none()) {
+      c = eval::remote_evaluator_config(options.endpoints);
+    } else if (py::isinstance<py::str>(endpoints) || py::hasattr(endpoints, "__fspath__")) {
       c = eval::remote_evaluator_config(json::value_to<std::string>(to_json(endpoints, "endpoints")));
     } else {
       for (auto e : endpoints) c.endpoints.push_back(json::value_to<std::string>(to_json(e, "endpoints[]")));
@@ -503,10 +519,7 @@ class PyRemoteEvaluator : public PyEvaluator {
     c.backoff_max_s = backoff_max_s;
     c.give_up_after_s = give_up_after_s;
     c.max_batch = max_batch;
-    defaults_.language = core::parse_kernel_language(language);
-    defaults_.options = settings_.options;
-    py::gil_scoped_release release;
-    evaluator_ = std::make_unique<eval::RemoteEvaluator>(std::move(c));
+    return std::make_unique<PyRemoteEvaluator>(std::move(options), std::move(c), core::parse_kernel_language(language));
   }
 
   py::dict settings() const {
@@ -539,6 +552,17 @@ class PyRemoteEvaluator : public PyEvaluator {
  private:
   eval::EvaluatorSettings settings_;
 };
+
+// eval::make_evaluator for Python: a RemoteEvaluator when the settings name endpoints (requests
+// get the settings' options and the device's usual language; the other settings are the
+// servers'), else a LocalEvaluator.
+std::unique_ptr<PyEvaluator> make_evaluator(const py::object& settings, const std::string& profile, const py::kwargs& kwargs) {
+  eval::EvaluatorSettings s = settings_from(profile, settings, kwargs);
+  if (s.endpoints.empty()) return std::make_unique<PyLocalEvaluator>(std::move(s));
+  eval::RemoteEvaluatorConfig c = eval::remote_evaluator_config(s.endpoints);
+  const core::KernelLanguage language = usual_language(s.local.platform);
+  return std::make_unique<PyRemoteEvaluator>(std::move(s), std::move(c), language);
+}
 
 py::list settings_schema() {
   const auto evaluation = eval::default_evaluator_settings(eval::SettingsProfile::evaluation);
@@ -774,8 +798,10 @@ PYBIND11_MODULE(kbrl, m) {
       "settings' keys (kbrl.evaluator_settings(); kbrl-train's evaluator.* keys), as a dict and/or keyword "
       "arguments, e.g. LocalEvaluator(device='cuda', gpus=[0, 1], timing_trials=20). profile picks the defaults: "
       "'training' (kbrl-train's) or 'evaluation' (kbrl-eval's).")
-      .def(py::init<const py::object&, const std::string&, const py::kwargs&>(), py::arg("settings") = py::none(),
-           py::kw_only(), py::arg("profile") = "training")
+      .def(py::init([](const py::object& settings, const std::string& profile, const py::kwargs& kwargs) {
+             return std::make_unique<PyLocalEvaluator>(settings_from(profile, settings, kwargs));
+           }),
+           py::arg("settings") = py::none(), py::kw_only(), py::arg("profile") = "training")
       .def_property_readonly("settings", &PyLocalEvaluator::settings, "Every setting's value, by key.")
       .def_property_readonly("work_dir", [](const PyLocalEvaluator& e) { return e.config().work_dir; },
                              "Builds, logs and reference timings (resolved: the setting, else $KBRL_WORK_DIR, else ~/.cache/kbrl).")
@@ -788,14 +814,11 @@ PYBIND11_MODULE(kbrl, m) {
   py::class_<PyRemoteEvaluator, PyEvaluator>(
       m, "RemoteEvaluator",
       "Evaluates on kbrl-evald servers (docs/services.md). endpoints: a list of http(s)://host:port or "
-      "dns://name:port entries, or one string of them comma-separated, or the path of a file of them (re-read). "
+      "dns://name:port entries, or one string of them comma-separated, or the path of a file of them (re-read); "
+      "None: the 'endpoints' setting. "
       "Requests that leave out their language get `language`; their options come from the request-option "
       "settings (timing_trials, seed, ... as for LocalEvaluator; the servers' own settings are their flags).")
-      .def(py::init<const py::object&, const py::object&, const std::string&, const std::string&,
-                    const std::optional<std::string>&, const std::optional<fs::path>&, const std::string&,
-                    const std::optional<fs::path>&, bool, double, double, double, double, double, double, int,
-                    const py::kwargs&>(),
-           py::arg("endpoints"), py::arg("settings") = py::none(), py::kw_only(), py::arg("language") = "cuda",
+      .def(py::init(&PyRemoteEvaluator::create), py::arg("endpoints") = py::none(), py::arg("settings") = py::none(), py::kw_only(), py::arg("language") = "cuda",
            py::arg("profile") = "training", py::arg("token") = py::none(), py::arg("token_file") = py::none(),
            py::arg("token_env") = "KBRL_EVALD_TOKEN", py::arg("ca_file") = py::none(), py::arg("verify_tls") = true,
            py::arg("refresh_s") = 2.0, py::arg("connect_timeout_s") = 5.0, py::arg("request_timeout_s") = 0.0,
@@ -805,6 +828,11 @@ PYBIND11_MODULE(kbrl, m) {
       .def("stats", &PyRemoteEvaluator::stats, "Counts: submitted, delivered, batches, re-dispatches, failures, ...")
       .def("servers", &PyRemoteEvaluator::servers, "The servers known now and the concurrency each advertised.");
 
+  m.def("make_evaluator", &make_evaluator, py::arg("settings") = py::none(), py::kw_only(),
+        py::arg("profile") = "training",
+        "The evaluator the settings describe, as kbrl-train and kbrl-eval make it: a RemoteEvaluator when the "
+        "setting 'endpoints' names kbrl-evald servers (their token from $KBRL_EVALD_TOKEN or the file "
+        "$KBRL_EVALD_TOKEN_FILE names), else a LocalEvaluator.");
   m.def(
       "summarize",
       [](const py::object& results) {

@@ -8,7 +8,8 @@
 Each dataset row carries its problem (a dict from kbrl.load_problems); TRL hands the extra columns
 to reward functions as keyword arguments, one list entry per completion. The evaluator is made on
 first use from KBRL_EVALUATOR_SETTINGS (a JSON dict of evaluator settings, kbrl-train's
-`evaluator.*` keys; default {"device": "cuda"}); the reward preset comes from KBRL_REWARD.
+`evaluator.*` keys; default {"device": "cuda"}; {"endpoints": "http://gpu-0:8470,..."} evaluates on
+kbrl-evald servers); the reward preset comes from KBRL_REWARD.
 """
 import json
 import os
@@ -23,7 +24,8 @@ _evaluator = None
 def evaluator():
     global _evaluator
     if _evaluator is None:  # not at import: TRL imports this in processes that never score
-        _evaluator = kbrl.LocalEvaluator(json.loads(os.environ.get("KBRL_EVALUATOR_SETTINGS", '{"device": "cuda"}')))
+        # A LocalEvaluator, or with {"endpoints": ...} a RemoteEvaluator on kbrl-evald servers.
+        _evaluator = kbrl.make_evaluator(json.loads(os.environ.get("KBRL_EVALUATOR_SETTINGS", '{"device": "cuda"}')))
     return _evaluator
 
 

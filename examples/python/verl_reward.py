@@ -6,8 +6,8 @@
 
 Data rows: data_source "kernelbench", reward_model.ground_truth = the problem's reference program
 (its `source`), extra_info.problem_id = its id. The evaluator is made on first use from
-KBRL_EVALUATOR_SETTINGS (a JSON dict of evaluator settings; default {"device": "cuda"}); the
-reward preset comes from KBRL_REWARD.
+KBRL_EVALUATOR_SETTINGS (a JSON dict of evaluator settings; default {"device": "cuda"};
+{"endpoints": ...} evaluates on kbrl-evald servers); the reward preset comes from KBRL_REWARD.
 """
 import json
 import os
@@ -22,7 +22,8 @@ _evaluator = None
 def evaluator():
     global _evaluator
     if _evaluator is None:
-        _evaluator = kbrl.LocalEvaluator(json.loads(os.environ.get("KBRL_EVALUATOR_SETTINGS", '{"device": "cuda"}')))
+        # A LocalEvaluator, or with {"endpoints": ...} a RemoteEvaluator on kbrl-evald servers.
+        _evaluator = kbrl.make_evaluator(json.loads(os.environ.get("KBRL_EVALUATOR_SETTINGS", '{"device": "cuda"}')))
     return _evaluator
 
 

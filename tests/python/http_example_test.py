@@ -2,7 +2,8 @@
 the example, run as a user runs it, scores a correct answer 1 and a wrong one stage2's partial
 value; its written-out stage2 formula equals kbrl.compute_reward(..., "stage2") on the server's
 results; a wrong token is refused (HTTP 401, the example exits non-zero); RemoteEvaluator gets the
-same verdicts through the same server; SIGTERM ends the server with exit code 0.
+same verdicts through the same server, and so does the TRL example given {"endpoints": URL} as its
+settings; SIGTERM ends the server with exit code 0.
 
     python http_example_test.py --source <checkout> --evald <kbrl-evald> --work <evaluator work dir>
         [--compile-cache <dir>] --scratch <dir>     (PYTHONPATH holds kbrl*.so)
@@ -115,6 +116,16 @@ def main():
             failures.append(f"RemoteEvaluator's verdicts: {got}")
         if stats["delivered"] != 2 or stats["results_by_server"].get(url) != 2:
             failures.append(f"RemoteEvaluator's stats: {stats}")
+        # The TRL example on the fleet: settings with endpoints, no change to its code.
+        os.environ.update(KBRL_EVALUATOR_SETTINGS=json.dumps({"endpoints": url, "timing_trials": 5, "warmup_runs": 1}),
+                          KBRL_LANGUAGE="cpp", KBRL_REWARD="stage2", KBRL_EVALD_TOKEN="s3cret-token")
+        import trl_reward
+        rewards = trl_reward.kernel_reward(prompts=["p", "p"], completions=[answers["correct"], answers["wrong"]],
+                                           problem=[r["problem"] for r in requests])
+        print(f"TRL example through kbrl-evald: {rewards}")
+        if not isinstance(trl_reward.evaluator(), kbrl.RemoteEvaluator) or abs(rewards[0] - 1.0) > 1e-9 \
+                or not 0.3 - 1e-9 <= rewards[1] < 1.0:
+            failures.append(f"the TRL example through kbrl-evald: {rewards} from {type(trl_reward.evaluator())}")
         try:
             kbrl.RemoteEvaluator([url], device="cpu")
             failures.append("RemoteEvaluator took the server's setting 'device'")

@@ -177,6 +177,22 @@ class EvaluatorSettings(unittest.TestCase):
                 ev.evaluate([{"candidate_source": ""}])
 
 
+    def test_make_evaluator_picks_the_evaluator_the_settings_describe(self):
+        import kbrl
+        local = kbrl.make_evaluator({"device": "cpu"}, work_dir=os.path.join(ARGS.work, "evaluator"))
+        self.addCleanup(local.close)
+        self.assertIsInstance(local, kbrl.LocalEvaluator)
+        remote = kbrl.make_evaluator({"endpoints": "http://127.0.0.1:1", "timing_trials": 3, "device": "cuda"})
+        self.addCleanup(remote.close)
+        self.assertIsInstance(remote, kbrl.RemoteEvaluator)
+        self.assertEqual(remote.settings["timing_trials"], 3)
+        with kbrl.RemoteEvaluator(settings={"endpoints": "http://127.0.0.1:1,http://127.0.0.1:2"}) as from_settings:
+            self.assertEqual(from_settings.servers(), {"http://127.0.0.1:1": 0, "http://127.0.0.1:2": 0})
+        with self.assertRaisesRegex(kbrl.InvalidArgument, "'endpoints' names kbrl-evald servers"):
+            self.make(endpoints="http://127.0.0.1:1")
+        with self.assertRaisesRegex(kbrl.InvalidArgument, "endpoints"):
+            kbrl.make_evaluator(endpoints="ftp://x:1")
+
     def test_waiting_times_out_is_interruptible_and_never_hangs(self):
         import kbrl
         import signal
