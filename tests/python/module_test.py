@@ -187,6 +187,10 @@ class EvaluatorSettings(unittest.TestCase):
         self.assertIsInstance(remote, kbrl.RemoteEvaluator)
         self.assertEqual(remote.settings["timing_trials"], 3)
         with kbrl.RemoteEvaluator(settings={"endpoints": "http://127.0.0.1:1,http://127.0.0.1:2"}) as from_settings:
+            import time
+            deadline = time.monotonic() + 10  # the client learns its servers on its own thread
+            while len(from_settings.servers()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
             self.assertEqual(from_settings.servers(), {"http://127.0.0.1:1": 0, "http://127.0.0.1:2": 0})
         with self.assertRaisesRegex(kbrl.InvalidArgument, "'endpoints' names kbrl-evald servers"):
             self.make(endpoints="http://127.0.0.1:1")
