@@ -344,8 +344,16 @@ TEST_CASE("a streamed response reaches the client chunk by chunk, in order, befo
   CHECK(lines == 200);
   CHECK(in_order);
 
-  // A stream dropped without finish() is an incomplete body, never a complete one.
-  CHECK_THROWS_AS(client.request(at(server.port(), "/dropped"), "GET", {}, {}, 5), HttpError);
+  // A stream dropped without finish() is an incomplete body, never a complete one, and the client
+  // learns it at once (not from its timeout).
+  const auto t0 = Clock::now();
+  try {
+    client.request(at(server.port(), "/dropped"), "GET", {}, {}, 5);
+    FAIL("a dropped stream read as a complete response");
+  } catch (const HttpError& e) {
+    CHECK_FALSE(e.timeout);
+  }
+  CHECK(seconds_since(t0) < 2);
 
   // on_data returning false stops reading: the call returns with the status.
   std::string first;
@@ -533,6 +541,34 @@ TEST_CASE("the server closes connections that stay idle or send too slowly", "[n
   const auto got = raw_exchange(server.port(), "GET / HTTP/1.1\r\nHost:", 3000ms);
   CHECK(got.find("<still open>") == std::string::npos);
   CHECK(seconds_since(t0) < 2);
+}
+
+TEST_CASE("stop_accepting() refuses new connections and keeps serving open ones", "[net]") {
+  std::promise<std::shared_ptr<ResponseStream>> handed;
+  auto handed_future = handed.get_future();
+  HttpServer server(loopback(), [&](const HttpRequest& req) -> HandlerResult {
+    if (req.path() != "/stream") return echo(req);
+    return StreamingResponse{200, {}, [&](std::shared_ptr<ResponseStream> s) { handed.set_value(std::move(s)); }};
+  });
+  HttpClient kept, streaming;
+  CHECK(kept.request(at(server.port(), "/before"), "GET").status == 200);
+  Received got;
+  std::thread reader([&] {
+    streaming.request_streaming(at(server.port(), "/stream"), "GET", {}, {}, [&](std::string_view p) { return got.on_data(p); }, 10);
+  });
+  REQUIRE(handed_future.wait_for(5s) == std::future_status::ready);
+  auto stream = handed_future.get();
+  server.stop_accepting();
+  server.stop_accepting();  // again: nothing more happens
+  HttpClient fresh;
+  CHECK_THROWS_AS(fresh.request(at(server.port(), "/after"), "GET", {}, {}, 2), HttpError);
+  // The kept-alive connection and the open stream are still served.
+  CHECK(kept.request(at(server.port(), "/after"), "GET").status == 200);
+  CHECK(kept.connections_opened() == 1);
+  CHECK(stream->write("still here\n"));
+  stream->finish();
+  reader.join();
+  CHECK(got.data == "still here\n");
 }
 
 TEST_CASE("stop() while a stream is being written from another thread", "[net]") {

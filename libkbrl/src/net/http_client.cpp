@@ -279,6 +279,14 @@ HttpResponse HttpClient::Impl::call(const Url& url, std::string_view method, Hea
   const std::string what = std::string(method) + " " + url.str();
   if (url.scheme != "http" && url.scheme != "https") throw core::InvalidArgument(what + ": the scheme must be http or https");
   if (method.empty()) throw core::InvalidArgument("HttpClient: empty method");
+  // A Url built by hand skips parse()'s checks; a space or line break would split the request line.
+  if (url.target.empty() || url.target.front() != '/' ||
+      url.target.find_first_of(std::string_view(" \r\n\0", 4)) != std::string::npos) {
+    throw core::InvalidArgument(what + ": the target must start with '/' and hold no space or line break");
+  }
+  for (char ch : method) {
+    if (ch <= ' ' || ch >= 0x7f) throw core::InvalidArgument(what + ": invalid method");
+  }
   const auto deadline = deadline_after(timeout_s);
 
   http::request<http::string_body> req;
