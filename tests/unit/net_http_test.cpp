@@ -582,12 +582,13 @@ TEST_CASE("stop() while a stream is being written from another thread", "[net]")
   const int port = server->port();
   HttpClient client;
   Received got;
-  std::atomic<bool> client_failed{false};
+  std::atomic<bool> client_failed{false}, client_timed_out{false};
   std::thread reader([&] {
     try {
       client.request_streaming(at(port, "/"), "GET", {}, {}, [&](std::string_view p) { return got.on_data(p); }, 10);
-    } catch (const HttpError&) {
+    } catch (const HttpError& e) {
       client_failed = true;
+      client_timed_out = e.timeout;
     }
   });
   REQUIRE(handed_future.wait_for(5s) == std::future_status::ready);
@@ -609,6 +610,8 @@ TEST_CASE("stop() while a stream is being written from another thread", "[net]")
   reader.join();
   CHECK(writer_saw_false);
   CHECK(client_failed);  // the body never ended: an error, not a short success
+  CHECK_FALSE(client_timed_out);  // the connection was closed, not left open
+  CHECK(seconds_since(t0) < 5);
   server.reset();
   // The stream outlives the server: writes are refused, nothing touches freed memory.
   CHECK_FALSE(stream->write("after\n"));
