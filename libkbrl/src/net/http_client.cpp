@@ -117,7 +117,8 @@ struct HttpClient::Impl {
 ssl::context& HttpClient::Impl::tls_context() {
   std::lock_guard lock(tls_mu);
   if (tls) return *tls;
-  auto& ctx = tls.emplace(ssl::context::tls_client);
+  tls.emplace(ssl::context::tls_client);
+  auto& ctx = *tls;
   ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                   ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
   beast::error_code ec;

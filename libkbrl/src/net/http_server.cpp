@@ -574,7 +574,8 @@ HttpServer::HttpServer(HttpServerConfig config, Handler handler) : impl_(std::ma
     throw core::InvalidArgument("HttpServer: tls_cert and tls_key must be given together");
   }
   if (!config.tls_cert.empty()) {
-    auto& ctx = impl_->tls.emplace(ssl::context::tls_server);
+    impl_->tls.emplace(ssl::context::tls_server);
+    auto& ctx = *impl_->tls;
     ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
     beast::error_code ec;
