@@ -17,6 +17,7 @@
 #include "kbrl/dataset/load.hpp"
 #include "kbrl/env/dataset.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
+#include "kbrl/eval/settings.hpp"
 #include "kbrl/log/run_dir.hpp"
 #include "kbrl/train/data_processing.hpp"
 #include "kbrl/train/metrics.hpp"
@@ -327,8 +328,11 @@ RlLoopResult run_rl_loop(const RunConfig& config, const RlLoopOptions& options, 
   Policy policy(policy_options(config));
   if (!config.lora.init_adapter.empty()) policy.load_lora(config.lora.init_adapter);
   else policy.attach_lora(lora_config(config));
-  eval::LocalEvaluator evaluator(run_evaluator_config(config));
-  return run_rl_loop(config, policy, evaluator, dataset, options);
+  // evaluator.endpoints: the fleet of kbrl-evald servers (docs/services.md); else this machine.
+  std::unique_ptr<eval::Evaluator> evaluator;
+  if (config.evaluator.endpoints.empty()) evaluator = std::make_unique<eval::LocalEvaluator>(run_evaluator_config(config));
+  else evaluator = eval::make_evaluator(config.evaluator);
+  return run_rl_loop(config, policy, *evaluator, dataset, options);
 }
 
 }  // namespace kbrl::train
