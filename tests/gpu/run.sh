@@ -7,13 +7,7 @@ set -uo pipefail
 kb="${1:-}"
 out="${2:-${OUT:-build/gpu-results}}"
 mkdir -p "$out"
-# CLI11 travels as its Debian package (docs/building.md, "On the GPU machine"): unpack it where
-# cmake/KbrlFindCLI11.cmake looks when the machine has none of its own.
-for deb in .deps/debs/libcli11-dev_*.deb; do
-  [[ -f "$deb" && ! -f .deps/cli11/usr/include/CLI/CLI.hpp ]] && dpkg -x "$deb" .deps/cli11
-done
-cmake --preset cuda > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build --preset cuda -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" -A5 "$out/build.log" | head -60; exit 1; }
+bash tests/gpu/build.sh "$out" || exit 1
 export KBRL_GPU_RESULTS="$out"
 if [[ "${KBRL_GPU_ONLY:-0}" != 1 ]]; then
   ctest --preset cuda -j 8 -E evaluator_cuda_test > "$out/ctest.log" 2>&1; rc_all=$?

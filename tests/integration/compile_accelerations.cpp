@@ -1,6 +1,6 @@
 // The compile accelerations (docs/evaluator.md, "Compile speed") change how long a build takes
-// and nothing else: every bundled solution gets the same result, field for field (timings and
-// metadata aside), with and without them; accelerated and plain builds never share a build
+// and nothing else: the bundled solutions (every failing one, the correct ones of four problems)
+// get the same result, field for field (timings and metadata aside), with and without them; accelerated and plain builds never share a build
 // directory; what the compile stage built is up to date for the run stage (also where nvcc's
 // passes ran side by side); and a CUDA source that needs more than the light headers is built
 // again, in the end with torch's full headers.
@@ -153,6 +153,18 @@ TEST_CASE("the bundled solutions get the same results with and without the preco
   }
   std::sort(requests.begin(), requests.end(), [](const auto& a, const auto& b) { return a.request_id < b.request_id; });
   REQUIRE(requests.size() >= 20);
+  // Every solution expected to fail (each way a build or run can go wrong, and the pure-Python
+  // ones the static checker stops) and the correct ones of four problems: a plain build parses
+  // torch's headers from scratch (about 20 s a candidate on two cores), and the correct solutions
+  // of the other problems add no verdict kind. Their accelerated results are pinned by
+  // integration:kbrl_eval_solutions.
+  const auto expected = core::parse_json(read_text(kSolutions / "expected.json")).as_object();
+  std::erase_if(requests, [&](const core::EvalRequest& r) {
+    const auto& want = expected.at(r.request_id + ".py").as_object();
+    const bool correct = want.contains("correct") && want.at("correct").as_bool();
+    return correct && r.problem.number > 4;
+  });
+  REQUIRE(requests.size() >= 16);
 
   std::vector<core::EvalResult> plain, fast;
   eval::LocalEvaluator::Stats plain_stats, fast_stats;
@@ -172,7 +184,7 @@ TEST_CASE("the bundled solutions get the same results with and without the preco
 
   // Same work directory, same sources: had the build key ignored the settings, the second
   // evaluator would have found every build of the first.
-  CHECK(plain_stats.compiles > 10);
+  CHECK(plain_stats.compiles >= 10);
   CHECK(fast_stats.compiles == plain_stats.compiles);
   CHECK(fast_stats.compile_cache_hits == plain_stats.compile_cache_hits);
 
@@ -192,7 +204,7 @@ TEST_CASE("the bundled solutions get the same results with and without the preco
       used += event == "used";
     }
   }
-  CHECK(compiled > 10);
+  CHECK(compiled >= 10);
   CHECK(built >= 1);  // one per flag set, checked by g++ itself before it is used
   CHECK(used >= 1);
   check_builds_up_to_date(scratch / "work", scratch);

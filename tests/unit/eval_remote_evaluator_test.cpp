@@ -77,7 +77,7 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
 
 }  // namespace
 
-TEST_CASE("endpoints: URLs, dns:// names and files; a bad entry is refused naming it") {
+TEST_CASE("endpoints: URLs, dns:// names and files, a bad entry is refused naming it") {
   const auto list = eval::remote_evaluator_config("http://a:1, https://b:2,dns://svc.ns:8470");
   CHECK(list.endpoints == std::vector<std::string>{"http://a:1", "https://b:2", "dns://svc.ns:8470"});
   const fs::path file = fs::path(KBRL_TEST_TMP) / "remote_endpoints.txt";
@@ -142,7 +142,7 @@ TEST_CASE("a server that stops mid-batch: its requests go to another, each answe
   a.evaluator.release();  // a's late results have nobody left to go to
 }
 
-TEST_CASE("a server added to the endpoints file receives work; a full queue's 429 is honoured") {
+TEST_CASE("a server added to the endpoints file receives work, a full queue's 429 is honoured") {
   TestServer a;
   TestServer b(1, 1);  // room for 3; a batch of 3 of ours plus the flood does not fit
   const fs::path file = fs::path(KBRL_TEST_TMP) / "remote_joining.txt";
@@ -191,7 +191,7 @@ TEST_CASE("with no server reachable a request gets an internal result after give
   CHECK(ev.stats().gave_up == 1);
 }
 
-TEST_CASE("destroying the evaluator answers pending requests; a wrong token is an internal result") {
+TEST_CASE("destroying the evaluator answers pending requests, a wrong token is an internal result") {
   TestServer a;
   a.evaluator.hold();
   std::future<core::EvalResult> f;
@@ -216,7 +216,7 @@ TEST_CASE("destroying the evaluator answers pending requests; a wrong token is a
   CHECK(r.error_message.find("401") != std::string::npos);
 }
 
-TEST_CASE("dns:// takes every address of the name; those that do not answer get no work") {
+TEST_CASE("dns:// takes every address of the name, those that do not answer get no work") {
   TestServer a;  // on 127.0.0.1 only: localhost's ::1, where it resolves to one, is refused
   const auto port = std::to_string(a.http->port());
   eval::RemoteEvaluator ev(client({"dns://localhost:" + port}));

@@ -187,7 +187,7 @@ TEST_CASE("a malformed batch is refused with 400 naming the field") {
   CHECK(ev.submitted() == 0);  // nothing of a refused batch reaches the evaluator
 }
 
-TEST_CASE("missing options take the server's defaults; given ones are the request's") {
+TEST_CASE("missing options take the server's defaults, given ones are the request's") {
   auto c = config();
   c.default_options.timing_trials = 7;
   c.default_options.correctness_trials = 2;
@@ -201,7 +201,7 @@ TEST_CASE("missing options take the server's defaults; given ones are the reques
   CHECK(batch.requests[0].problem.content_hash == core::python_content_hash("s"));
 }
 
-TEST_CASE("auth: a wrong or missing token is 401 with WWW-Authenticate; the probes need none") {
+TEST_CASE("auth: a wrong or missing token is 401 with WWW-Authenticate, the probes need none") {
   eval::ScriptedEvaluator ev;
   auto c = config();
   bool ready = false;

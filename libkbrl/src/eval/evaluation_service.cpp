@@ -321,7 +321,7 @@ void EvaluationService::finish(const EntryPtr& entry, const core::EvalResult& gi
   const bool remember = result.error_category != core::ErrorCategory::internal;
   if (remember && journal_) {
     try {
-      std::lock_guard lock(mu_);  // the journal's writer is not thread-safe
+      std::lock_guard lock(journal_mu_);  // the writer is not thread-safe; the routes need not wait on fsync
       journal_->append(entry->id, entry->sha, line);
     } catch (const std::exception& e) {
       std::cerr << fmt::format("kbrl-evald: journal: {} (the result of '{}' is delivered but not kept)\n", e.what(),

@@ -117,7 +117,8 @@ struct HttpClient::Impl {
 ssl::context& HttpClient::Impl::tls_context() {
   std::lock_guard lock(tls_mu);
   if (tls) return *tls;
-  auto& ctx = tls.emplace(ssl::context::tls_client);
+  tls.emplace(ssl::context::tls_client);
+  auto& ctx = *tls;
   ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                   ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
   beast::error_code ec;
@@ -279,6 +280,14 @@ HttpResponse HttpClient::Impl::call(const Url& url, std::string_view method, Hea
   const std::string what = std::string(method) + " " + url.str();
   if (url.scheme != "http" && url.scheme != "https") throw core::InvalidArgument(what + ": the scheme must be http or https");
   if (method.empty()) throw core::InvalidArgument("HttpClient: empty method");
+  // A Url built by hand skips parse()'s checks; a space or line break would split the request line.
+  if (url.target.empty() || url.target.front() != '/' ||
+      url.target.find_first_of(std::string_view(" \r\n\0", 4)) != std::string::npos) {
+    throw core::InvalidArgument(what + ": the target must start with '/' and hold no space or line break");
+  }
+  for (char ch : method) {
+    if (ch <= ' ' || ch >= 0x7f) throw core::InvalidArgument(what + ": invalid method");
+  }
   const auto deadline = deadline_after(timeout_s);
 
   http::request<http::string_body> req;

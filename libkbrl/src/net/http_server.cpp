@@ -430,7 +430,11 @@ class Session final : public SessionBase {
     expire(server_.config.read_timeout_s);
     asio::async_write(stream_, asio::buffer(out_.front()), [self = self()](beast::error_code ec, std::size_t) {
       self->writing_ = false;
-      if (ec) return self->close();
+      // Closed meanwhile (an abort, a stop): the queue is dropped now that no write uses it.
+      if (ec || self->closed_) {
+        self->out_.clear();
+        return self->close();
+      }
       self->out_.pop_front();
       if (!self->out_.empty()) return self->write_next();
       self->on_drained();
@@ -476,7 +480,7 @@ class Session final : public SessionBase {
     if (closed_) return;
     closed_ = true;
     gone_ = true;
-    out_.clear();
+    if (!writing_) out_.clear();  // else the pending write still reads out_.front()
     beast::error_code ignored;
     beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ignored);
     beast::get_lowest_layer(stream_).close();
@@ -570,7 +574,8 @@ HttpServer::HttpServer(HttpServerConfig config, Handler handler) : impl_(std::ma
     throw core::InvalidArgument("HttpServer: tls_cert and tls_key must be given together");
   }
   if (!config.tls_cert.empty()) {
-    auto& ctx = impl_->tls.emplace(ssl::context::tls_server);
+    impl_->tls.emplace(ssl::context::tls_server);
+    auto& ctx = *impl_->tls;
     ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
     beast::error_code ec;

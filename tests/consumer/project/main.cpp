@@ -3,9 +3,12 @@
 #include <kbrl/core/json.hpp>
 #include <kbrl/core/hash.hpp>
 #include <kbrl/eval/scripted_evaluator.hpp>
+#include <kbrl/net/http_client.hpp>
+#include <kbrl/net/http_server.hpp>
 #include <kbrl/tokenizer/tokenizer.hpp>
 
 #include <iostream>
+#include <string>
 #include <vector>
 
 int main() {
@@ -38,6 +41,18 @@ int main() {
     std::cerr << report.summary() << "\n";  // all but the destruction check, which needs make_evaluator
     return 1;
   }
+  // The net module links OpenSSL privately (TLS): a server and a client talking on loopback prove
+  // that the installed package brings it along.
+  kbrl::net::HttpServerConfig server_config;
+  server_config.host = "127.0.0.1";
+  server_config.port = 0;
+  kbrl::net::HttpServer server(server_config, [](const kbrl::net::HttpRequest& r) -> kbrl::net::HandlerResult {
+    return kbrl::net::HttpResponse::text(200, "pong " + r.body);
+  });
+  kbrl::net::HttpClient client;
+  const auto pong = client.request(kbrl::net::Url::parse("http://127.0.0.1:" + std::to_string(server.port()) + "/"),
+                                   "POST", {}, "ping");
+  if (pong.status != 200 || pong.body != "pong ping") return 1;
   std::cout << "kbrl consumer ok " << back.content_hash.substr(0, 12) << "\n";
   return 0;
 }

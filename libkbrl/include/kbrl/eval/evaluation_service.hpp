@@ -133,6 +133,7 @@ class EvaluationService {
   Evaluator& evaluator_;
   EvaluationServiceConfig config_;
   std::unique_ptr<EvaluationJournal> journal_;
+  std::mutex journal_mu_;  // appends (each fsync'ed) happen outside mu_
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Evaluation throughput of a fleet: the 64-candidate workload of benchmarks/eval_throughput,
+# evaluated with cold caches on a machine with two GPUs, three ways, one after another:
+#   one    RemoteEvaluator (kbrl-eval --endpoints) over one kbrl-evald: GPU 0, half the cores
+#   two    RemoteEvaluator over two kbrl-evald: GPU 0 + the first half of the cores, GPU 1 + the
+#          second half (each pinned with taskset, as two hosts would be)
+#   local  LocalEvaluator (kbrl-eval --gpus 0,1): both GPUs, all cores
+# The servers are started and ready (/readyz) before the clock starts, as a standing fleet is;
+# the local evaluator's worker start is inside its time (it is reported separately).
+#
+# usage: bash benchmarks/eval_fleet/run.sh <KernelBench checkout> <out dir> [configs (one,two,local)]
+# Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per configuration, 420).
+# Writes <out>/results.md and results.json (summarize.py), <config>.log and each run's
+# eval_results.jsonl as <config>.jsonl.
+set -uo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  exit 0
+fi
+kb="${1:?usage: run.sh <KernelBench checkout> <out dir> [configs]}"
+out="${2:?usage: run.sh <KernelBench checkout> <out dir> [configs]}"
+configs="${3:-one,two,local}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+build="${KBRL_BUILD:-$repo/build/cuda}"
+limit="${KBT_LIMIT:-420}"
+evald="$build/apps/kbrl-evald"
+keval="$build/apps/kbrl-eval"
+for p in "$evald" "$keval"; do [[ -x "$p" ]] || { echo "run.sh: $p is missing (build the cuda preset)" >&2; exit 2; }; done
+[[ -d "$kb/KernelBench/level1" ]] || { echo "run.sh: $kb has no KernelBench/level1" >&2; exit 2; }
+mkdir -p "$out" && out="$(cd "$out" && pwd)"
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/kbrl-eval-fleet.XXXXXX")"
+ncpu=$(nproc)
+half=$((ncpu / 2))
+python="${PYTHON:-python3}"
+servers=()
+stop_servers() {
+  for pid in "${servers[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${servers[@]}"; do wait "$pid" 2>/dev/null; done
+  servers=()
+}
+trap 'stop_servers' EXIT
+
+# start_server NAME GPU CPUS: a kbrl-evald on 127.0.0.1, ready before this returns; its URL in $url.
+start_server() {
+  local name=$1 gpu=$2 cpus=$3
+  local dir="$scratch/$name"
+  mkdir -p "$dir"
+  taskset -c "$cpus" "$evald" --device cuda --gpus "$gpu" --compile-workers "$half" \
+    --listen 127.0.0.1:0 --port-file "$dir/port" --work-dir "$dir/work" --journal "$dir/journal" \
+    > "$dir/server.log" 2>&1 &
+  servers+=($!)
+  for _ in $(seq 600); do [[ -s "$dir/port" ]] && break; sleep 0.2; done
+  url="http://127.0.0.1:$(cat "$dir/port")"
+  "$python" - "$url" <<'PY' || { echo "run.sh: $name never became ready" >&2; tail -20 "$dir/server.log" >&2; exit 1; }
+import sys, time, urllib.request
+url = sys.argv[1]
+for _ in range(600):
+    try:
+        if urllib.request.urlopen(url + "/readyz", timeout=2).status == 200:
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.5)
+sys.exit(1)
+PY
+}
+
+# evaluate CONFIG ARGS...: kbrl-eval generations on a fresh copy of the workload.
+evaluate() {
+  local config=$1; shift
+  local run="$scratch/$config-run"
+  mkdir -p "$run"
+  cp "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_kernel.py "$run/"
+  local start=$EPOCHREALTIME
+  timeout "$limit" "$keval" generations --problems "$kb" --level 1 --run "$run" --device cuda "$@" \
+    > "$out/$config.log" 2>&1
+  local rc=$?
+  local end=$EPOCHREALTIME
+  cp "$run/eval_results.jsonl" "$out/$config.jsonl" 2>/dev/null
+  echo "{\"config\": \"$config\", \"start\": $start, \"end\": $end, \"exit_code\": $rc}" >> "$out/runs.jsonl"
+  echo "$config: exit $rc, $(awk "BEGIN {print $end - $start}") s"
+}
+
+rm -f "$out/runs.jsonl"
+IFS=, read -ra wanted <<< "$configs"
+for config in "${wanted[@]}"; do
+  case "$config" in
+    one)
+      start_server one-a 0 "0-$((half - 1))"
+      evaluate one --endpoints "$url"
+      stop_servers ;;
+    two)
+      start_server two-a 0 "0-$((half - 1))"
+      a=$url
+      start_server two-b 1 "$half-$((ncpu - 1))"
+      evaluate two --endpoints "$a,$url"
+      stop_servers ;;
+    local)
+      evaluate local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work" ;;
+    *) echo "run.sh: unknown configuration $config" >&2; exit 2 ;;
+  esac
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
+{ echo "cpus: $ncpu ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))";
+  echo "kbrl: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"; } > "$out/machine.txt"
+"$python" "$here/summarize.py" "$out"
