@@ -34,6 +34,8 @@ struct CheckpointRecord {
   std::string state;    // TrainingClient::save_state's folder
   std::string adapter;  // the PEFT adapter folder
   std::int64_t optimizer_steps = 0;
+  // The ranks that trained it (data parallelism): a run resumes on as many (absent: 1).
+  int world_size = 1;
 };
 
 // Where the checkpoint of `step` goes: checkpoints/step_<step + 1, six digits>/{state,adapter}.
