@@ -307,8 +307,8 @@ const std::vector<Entry>& schema() {
     e.push_back(field("train.advantage_std_normalize", &R::train, &TrainSection::advantage_std_normalize, "divide advantages by the group's standard deviation"));
     e.push_back(field("train.remove_constant_reward_groups", &R::train, &TrainSection::remove_constant_reward_groups, "leave groups whose rewards are all equal out of the update"));
     e.push_back(field("train.max_steps_off_policy", &R::train, &TrainSection::max_steps_off_policy,
-                      "0: synchronous steps; k >= 1: the next batches are sampled while the current one is evaluated and "
-                      "trained, from weights at most k optimizer steps old (docs/training-runs.md)",
+                      "0: synchronous steps; k >= 1: batch s is sampled from the weights after step s - k while earlier "
+                      "batches are evaluated and trained (docs/training-runs.md)",
                       at_least(0)));
     return e;
   }();

@@ -42,8 +42,10 @@ RunLog::RunLog(const RunConfig& config, std::FILE* progress)
 
 RunLog::~RunLog() = default;
 
-std::optional<CheckpointRecord> RunLog::last_checkpoint() const {
-  const auto lines = log::read_last_jsonl(path_ / "checkpoints.jsonl", 1);
+std::optional<CheckpointRecord> RunLog::last_checkpoint() const { return read_last_checkpoint(path_); }
+
+std::optional<CheckpointRecord> read_last_checkpoint(const fs::path& run_dir) {
+  const auto lines = log::read_last_jsonl(run_dir / "checkpoints.jsonl", 1);
   if (lines.empty()) return std::nullopt;
   const auto& last = lines.back();
   CheckpointRecord c;

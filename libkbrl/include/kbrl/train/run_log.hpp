@@ -38,6 +38,9 @@ struct CheckpointRecord {
   int world_size = 1;
 };
 
+// The last line of <run_dir>/checkpoints.jsonl; none for a new run.
+std::optional<CheckpointRecord> read_last_checkpoint(const std::filesystem::path& run_dir);
+
 // Where the checkpoint of `step` goes: checkpoints/step_<step + 1, six digits>/{state,adapter}.
 CheckpointRecord checkpoint_paths(std::int64_t step);
 

@@ -122,6 +122,9 @@ class Loop {
       throw core::ConfigError("config", "dataset.batch_size",
                               cat("the training split has fewer problems than one batch of ", config_.dataset.batch_size));
     k_ = config_.train.max_steps_off_policy;
+    // Where the run stands is settled before rank 0 takes the run directory: a launch that may
+    // not resume it leaves its files as they were.
+    const std::int64_t next = step_to_resume();
     if (writer()) log_ = std::make_unique<RunLog>(config_, options_.progress);
     total_steps_ = config_.dataset.max_steps > 0 ? config_.dataset.max_steps : per_epoch * config_.dataset.num_epochs;
     TrainingClientOptions to;
@@ -132,7 +135,7 @@ class Loop {
 
     RlLoopResult result;
     result.total_steps = total_steps_;
-    result.first_step = resume();
+    result.first_step = resume(next);
     end_ = options_.max_steps_this_run > 0 ? std::min(total_steps_, first_step_ + options_.max_steps_this_run)
                                            : total_steps_;
     if (k_ > 0) start_sampler();
@@ -174,17 +177,17 @@ class Loop {
     return options_.progress != nullptr ? options_.progress : stderr;
   }
 
-  // The next step to run: one past the last checkpoint, with its state loaded on every rank; the
-  // run log drops what later steps had written. A run resumes on as many ranks as it started on.
-  std::int64_t resume() {
+  // The next step to run, one past the last checkpoint, as rank 0 reads it; every rank learns
+  // it. A run resumes on as many ranks as it started on.
+  std::int64_t step_to_resume() const {
     std::int64_t next = 0;
     int started_on = writer() ? world_ : 0;
-    if (writer())
-      if (const auto last = log_->last_checkpoint()) {
+    if (writer() && fs::is_directory(path_))
+      if (const auto last = read_last_checkpoint(path_)) {
         next = last->step + 1;
         started_on = last->world_size;
       }
-    if (group_) {  // rank 0 read the files; every rank learns what it found
+    if (group_) {
       const auto found = group_->sum({{"next", static_cast<double>(next)}, {"world", static_cast<double>(started_on)}});
       next = static_cast<std::int64_t>(found.at("next"));
       started_on = static_cast<int>(found.at("world"));
@@ -194,6 +197,11 @@ class Loop {
                               cat("the run was trained on ", started_on, " rank(s) and resumes only on as many, this "
                                   "launch has ", world_, " (launch ", started_on,
                                   " processes, e.g. torchrun --nproc-per-node ", started_on, ", or start a new log_path)"));
+    return next;
+  }
+
+  // Loads step `next`'s state on every rank; the run log drops what later steps had written.
+  std::int64_t resume(std::int64_t next) {
     if (next > 0) {
       client_->load_state(path_ / checkpoint_paths(next - 1).state);
       if (writer())
