@@ -754,16 +754,20 @@ RlLoopResult run_rl_loop(const RunConfig& config, const RlLoopOptions& options, 
   PolicyOptions po = policy_options(config);
   RlLoopOptions loop_options = options;
   if (launch.distributed()) {
-    // Each rank trains on its own GPU: cuda:LOCAL_RANK. On the CPU the ranks' collectives go
-    // through the TCPStore (development and tests).
+    // Each rank trains on its own GPU: cuda:LOCAL_RANK (a config written for one process, with
+    // device cuda:0, runs unchanged). On the CPU the ranks' collectives go through the TCPStore
+    // (development and tests).
     const c10::Device device = resolve_device(po.device == "cuda" ? std::string("auto") : po.device);
     if (device.is_cuda()) {
-      if (po.device != "auto" && po.device != "cuda")
-        throw core::ConfigError("config", "model.device",
-                                cat("is ", po.device, ", but under torchrun each of the ", launch.world_size,
-                                    " ranks takes cuda:LOCAL_RANK: set auto or cuda"));
+      if (launch.rank == 0 && po.device != "auto" && po.device != "cuda")
+        std::cerr << "kbrl-train: model.device is " << po.device << "; under torchrun each rank takes cuda:LOCAL_RANK\n";
       po.device = cat("cuda:", launch.local_rank);
     }
+    const auto& gpus = config.evaluator.local.devices;
+    if (launch.rank == 0 && launch.local_world_size > 1 && !gpus.empty() && gpus.size() < static_cast<std::size_t>(launch.local_world_size))
+      std::cerr << "kbrl-train: warning: evaluator.gpus names " << gpus.size() << " GPU(s) for the "
+                << launch.local_world_size << " ranks of each host: their timing runs share them; leave it empty to "
+                << "give each rank its own GPU\n";
     if (!loop_options.process_group) loop_options.process_group = ProcessGroup::join(launch, device.is_cuda());
   }
   Policy policy(po);
