@@ -15,6 +15,10 @@ else()
 endif()
 message(STATUS "kbrl: Boost ${Boost_VERSION}, Boost.JSON compiled library: ${KBRL_BOOST_JSON_COMPILED}")
 
+# OpenSSL 3 (libssl-dev): TLS for the net module's HTTP server and client (Boost.Asio's ssl).
+find_package(OpenSSL 3 REQUIRED)
+message(STATUS "kbrl: OpenSSL ${OPENSSL_VERSION}")
+
 # PCRE2 (8-bit, with Unicode and JIT) for the tokenizer's pre-tokenizer patterns: the backtracking
 # engine closest to the Oniguruma that Hugging Face tokenizers uses.
 include(${CMAKE_CURRENT_LIST_DIR}/KbrlFindPcre2.cmake)

@@ -18,7 +18,7 @@ case "${ID}:${VERSION_ID}" in
 esac
 packages=(build-essential cmake ninja-build pkg-config git
           "libboost${boost}-dev" "libboost-json${boost}-dev"
-          libfmt-dev catch2 bubblewrap libpcre2-dev libyaml-cpp-dev libcli11-dev)
+          libfmt-dev catch2 bubblewrap libpcre2-dev libyaml-cpp-dev libcli11-dev libssl-dev)
 
 if [[ "${KBRL_SKIP_APT:-0}" != 1 ]]; then
   missing=()

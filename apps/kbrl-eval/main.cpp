@@ -26,6 +26,7 @@
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/dataset/load.hpp"
+#include "kbrl/core/hash.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
 #include "kbrl/eval/settings.hpp"
 #include "kbrl/eval/summary.hpp"
@@ -58,6 +59,14 @@ void add_request_options(CLI::App& cmd, RequestOptions& o) {
       ->check(CLI::IsMember({"cuda", "triton", "hip", "cpp"}));
   cmd.add_option("--precision", o.precision, "fp32, fp16 or bf16 [default: fp32]")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+}
+
+// A server keeps the result of every request_id it finished, and refuses the same id for another
+// request: on a fleet, a candidate's id carries a hash of the request, so that another run's
+// file of the same name is not taken for this one (and the same request is answered again).
+void name_request(core::EvalRequest& r, const eval::EvaluatorSettings& settings, const std::string& name) {
+  r.request_id = name;
+  if (!settings.endpoints.empty()) r.request_id += "-" + core::sha256_hex(core::to_json(r)).substr(0, 16);
 }
 
 core::EvalRequest base_request(const RequestOptions& o, const eval::EvaluatorSettings& settings) {
@@ -108,11 +117,11 @@ struct KernelCommand {
 int cmd_kernel(const KernelCommand& k, const eval::EvaluatorSettings& settings) {
   const core::Problem p = dataset::load_problem_file(k.problem);
   core::EvalRequest r = base_request(k.request, settings);
-  r.request_id = fs::path(k.kernel).filename().string();
   r.problem = p;
   r.candidate_source = candidate_program(core::read_file(k.kernel));
-  eval::LocalEvaluator evaluator(eval::local_evaluator_config(settings));
-  const core::EvalResult result = evaluator.evaluate({r})[0];
+  name_request(r, settings, fs::path(k.kernel).filename().string());
+  const auto evaluator = eval::make_evaluator(settings);
+  const core::EvalResult result = evaluator->evaluate({r})[0];
   json::value v = json::value_from(result);
   std::cout << json::serialize(v) << "\n";
   std::cerr << verdict(result) << "\n";
@@ -172,7 +181,6 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
     }
   }
 
-  const eval::LocalEvaluatorConfig config = eval::local_evaluator_config(settings);
   const core::EvalRequest base = base_request(g.request, settings);
   std::vector<Candidate> todo;
   std::set<int> missing;
@@ -191,14 +199,14 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
 
   log::JsonlWriter jsonl(jsonl_path);
   {
-    eval::LocalEvaluator evaluator(config);
+    const auto evaluator = eval::make_evaluator(settings);
     std::vector<std::pair<Candidate, std::future<core::EvalResult>>> pending;
     for (const auto& c : todo) {
       core::EvalRequest r = base;
-      r.request_id = fmt::format("level_{}_problem_{}_sample_{}", level, c.problem, c.sample);
       r.problem = by_number.at(c.problem);
       r.candidate_source = candidate_program(core::read_file(c.path));
-      pending.emplace_back(c, evaluator.submit(std::move(r)));
+      name_request(r, settings, fmt::format("level_{}_problem_{}_sample_{}", level, c.problem, c.sample));
+      pending.emplace_back(c, evaluator->submit(std::move(r)));
     }
     log::Progress progress("evaluating", static_cast<long>(pending.size()));
     int correct = 0;

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""The command lines of kbrl-eval and kbrl-train, run as a user runs them: --version and every
+"""The command lines of kbrl-eval, kbrl-evald and kbrl-train, run as a user runs them: --version and every
 command's --help answer with exit code 0 (and each kbrl-eval command's help lists every evaluator
 setting of docs/evaluator.md's table), usage errors (an unknown flag or command, a missing
 required option, a bad value) give 2, a missing or malformed input file gives 1, and an interrupt
 gives 130: SIGINT during `kbrl-eval generations` (what finished is written), and SIGINT during
-`kbrl-train` training (the step in flight is saved, the run is marked stopped). README.md,
+`kbrl-train` training (the step in flight is saved, the run is marked stopped). kbrl-evald drains on
+SIGTERM and exits 0, or 130 when a second signal cuts the drain short. README.md,
 "Exit codes", documents them.
 
-    cli_exit_codes.py --eval <kbrl-eval> [--train <kbrl-train>] --source <repo> --work <scratch dir>
+    cli_exit_codes.py --eval <kbrl-eval> [--evald <kbrl-evald>] [--train <kbrl-train>] --source <repo> --work <scratch dir>
 """
 import argparse
+import http.client
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -202,9 +206,78 @@ def check_train(args):
     check(status.returncode == 0 and "stopped" in status.stdout, f"kbrl-train status says stopped: {status.stdout!r}")
 
 
+def start_evald(evald, work, name, extra=()):
+    port_file = os.path.join(work, f"{name}.port")
+    proc = subprocess.Popen([evald, "--listen", "127.0.0.1:0", "--port-file", port_file, "--work-dir",
+                             os.path.join(work, "evald_work"), "--journal", os.path.join(work, f"{name}_journal"),
+                             "--compile-workers", "1", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not os.path.exists(port_file) and proc.poll() is None:
+        time.sleep(0.05)
+    with open(port_file) as f:
+        return proc, int(f.read())
+
+
+def check_evald(args):
+    ev = args.evald
+    version = project_version(args.source)
+    expect([ev, "--version"], 0, "kbrl-evald --version", out=f"kbrl-evald {version}")
+    r = expect([ev, "--help"], 0, "kbrl-evald --help", out="--listen")
+    flags = documented_flags(args.source) + ["--port-file", "--token-file", "--tls-cert", "--tls-key", "--max-queue",
+                                              "--max-body-bytes", "--max-batch", "--journal"]
+    missing = [f for f in flags if not re.search(re.escape(f) + r"\b", r.stdout)]
+    check(not missing, f"kbrl-evald --help lists every evaluator setting and its own flags (missing: {missing})")
+    expect([ev, "--no-such-flag"], 2, "kbrl-evald with an unknown flag", err="--no-such-flag")
+    expect([ev, "--listen", "nohost"], 2, "kbrl-evald --listen without a port", err="--listen")
+    expect([ev, "--listen", "127.0.0.1:70000"], 2, "kbrl-evald --listen with a bad port", err="--listen")
+    expect([ev, "--trials", "0"], 2, "kbrl-evald --trials 0", err="--trials: 0 is below 1")
+    expect([ev, "--tls-cert", "x.pem"], 2, "kbrl-evald --tls-cert without --tls-key", err="--tls-key")
+    expect([ev, "--token-file", os.path.join(args.work, "no_such_token")], 1, "kbrl-evald with a missing token file",
+           err="no_such_token")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    expect([ev, "--listen", f"127.0.0.1:{port}", "--work-dir", os.path.join(args.work, "evald_work")], 1,
+           "kbrl-evald on a port in use", err=str(port))
+    taken.close()
+
+    # SIGTERM on an idle server: it drains at once and exits 0.
+    proc, port = start_evald(ev, args.work, "idle")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    check(proc.returncode == 0 and "drained" in err, f"SIGTERM on an idle kbrl-evald: exit 0 (got {proc.returncode})")
+
+    # A second signal while accepted work is still pending stops the drain: exit 130.
+    proc, port = start_evald(ev, args.work, "busy")
+    with open(os.path.join(args.source, "examples/problems/1_ScaledResidualAdd.py")) as f:
+        source = f.read()
+    with open(os.path.join(args.source, "examples/solutions/level_1_problem_1_sample_0_kernel.py")) as f:
+        candidate = f.read()
+    body = json.dumps({"requests": [{"request_id": "pending", "problem": {"id": "p1", "source": source},
+                                     "candidate_source": candidate, "language": "cpp"}], "stream": False})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/evaluations", body=body, headers={"Content-Type": "application/json"})
+    accepted = conn.getresponse().status
+    conn.close()
+    check(accepted == 202, f"kbrl-evald accepts a batch (got {accepted})")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    check(proc.poll() is None, "kbrl-evald keeps draining while accepted work is pending")
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    check(proc.returncode == 130, f"a second signal during the drain: exit 130 (got {proc.returncode}; {err[-300:]!r})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--eval", required=True)
+    ap.add_argument("--evald", help="kbrl-evald")
     ap.add_argument("--train", help="kbrl-train (built with libtorch)")
     ap.add_argument("--source", required=True)
     ap.add_argument("--work", required=True)
@@ -213,6 +286,8 @@ def main():
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     check_eval(args)
+    if args.evald:
+        check_evald(args)
     if args.train:
         check_train(args)
     print(f"{len(FAILURES)} failure(s)")

@@ -138,8 +138,9 @@ Run run_kbrl_eval(const fs::path& run_dir, const fs::path& work_dir, const fs::p
   const fs::path err_path = logs / (tag + ".stderr");
   const std::string command =
       fmt::format("{} generations --problems {} --level 1 --run {} --device cpu --timing-trials 5 --warmup 1 "
-                  "--work-dir {} {} > {} 2> {}",
-                  quoted(KBRL_EVAL_PROGRAM), quoted(kProblems), quoted(run_dir), quoted(work_dir), extra_args,
+                  "--work-dir {} --compile-cache-dir {} {} > {} 2> {}",
+                  quoted(KBRL_EVAL_PROGRAM), quoted(kProblems), quoted(run_dir), quoted(work_dir),
+                  quoted(KBRL_TEST_COMPILE_CACHE), extra_args,
                   quoted(out_path), quoted(err_path));
   const auto start = std::chrono::steady_clock::now();
   const int status = std::system(command.c_str());
@@ -266,7 +267,10 @@ TEST_CASE("kbrl-eval generations gives every example solution its expected verdi
 
   const fs::path scratch = fs::path(KBRL_TEST_TMP) / "kbrl_eval_solutions";
   const fs::path run_dir = scratch / "run";
-  const fs::path work_dir = scratch / "work";  // fresh: every candidate is built, none comes from a cache
+  // Shared with the other CPU evaluator tests of the bundled solutions, which run after this one
+  // and find the builds in its cache (a build is keyed by its content, so a cached one is what a
+  // fresh build would give).
+  const fs::path work_dir = KBRL_CPU_EVALUATOR_WORK;
   fs::remove_all(scratch);
   fs::create_directories(run_dir);
   fs::create_directories(work_dir);

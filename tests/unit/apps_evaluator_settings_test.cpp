@@ -41,7 +41,13 @@ struct Case {
   std::vector<std::string> flag_args;  // after the program name
   std::string override_value;          // evaluator.<key>=<this>
   std::function<bool(const LocalEvaluatorConfig&, const core::EvalOptions&)> landed;
+  // For a setting outside both (endpoints): checked on the settings themselves instead.
+  std::function<bool(const EvaluatorSettings&)> landed_in_settings = {};
 };
+
+bool landed(const Case& c, const EvaluatorSettings& s) {
+  return c.landed_in_settings ? c.landed_in_settings(s) : c.landed(eval::local_evaluator_config(s), s.options);
+}
 
 std::map<std::string, Case> cases() {
   const std::string file = severity_file().string();
@@ -96,6 +102,8 @@ std::map<std::string, Case> cases() {
                               [](const C& c, const O&) { return c.limits.file_size_bytes == 1000; }};
   m["max_memory_bytes"] = {{"--max-memory-bytes", "2000"}, "2000",
                            [](const C& c, const O&) { return c.limits.address_space_bytes == 2000; }};
+  m["endpoints"] = {{"--endpoints", "http://a:1,dns://svc.ns:8470"}, "http://a:1,dns://svc.ns:8470", {},
+                    [](const EvaluatorSettings& s) { return s.endpoints == "http://a:1,dns://svc.ns:8470"; }};
   m["max_processes"] = {{"--max-processes", "64"}, "64", [](const C& c, const O&) { return c.limits.processes == 64; }};
   return m;
 }
@@ -158,9 +166,9 @@ TEST_CASE("every evaluator setting is a kbrl-eval flag and lands in the field it
   const auto defaults = eval::default_evaluator_settings(eval::SettingsProfile::evaluation);
   for (const auto& [key, c] : cases()) {
     INFO("kbrl-eval " << c.flag_args[0] << " (" << key << ")");
-    CHECK_FALSE(c.landed(eval::local_evaluator_config(defaults), defaults.options));  // the value is not a default
+    CHECK_FALSE(landed(c, defaults));  // the value is not a default
     const auto s = from_flags(c.flag_args);
-    CHECK(c.landed(eval::local_evaluator_config(s), s.options));
+    CHECK(landed(c, s));
   }
 }
 
@@ -171,11 +179,11 @@ TEST_CASE("every evaluator setting is a kbrl-train key, lands in the field it na
     std::vector<std::string> overrides{"evaluator." + key + "=" + c.override_value};
     if (key == "device") overrides.push_back("prompt.language=hip");  // cpp kernels need the cpu
     const auto config = from_overrides(overrides);
-    CHECK_FALSE(c.landed(eval::local_evaluator_config(train::RunConfig{}.evaluator), train::RunConfig{}.evaluator.options));
-    CHECK(c.landed(eval::local_evaluator_config(config.evaluator), config.evaluator.options));
+    CHECK_FALSE(landed(c, train::RunConfig{}.evaluator));
+    CHECK(landed(c, config.evaluator));
     train::write_resolved(config, path);
     const auto back = train::load_run_config(path, {});
-    CHECK(c.landed(eval::local_evaluator_config(back.evaluator), back.evaluator.options));
+    CHECK(landed(c, back.evaluator));
     CHECK(train::to_yaml(back) == train::to_yaml(config));
   }
 }
@@ -218,6 +226,8 @@ TEST_CASE("bad values are refused by both programs with the flag or key named") 
   CHECK(has(config_error({"evaluator.static_check_severity={side_stream: loud}"}), "'loud' for rule side_stream"));
   CHECK(has(usage_error({"--seed", "-3"}), "expected a non-negative integer"));
   CHECK(has(usage_error({"--no-such-flag"}), "parse error"));
+  CHECK(has(usage_error({"--endpoints", "ftp://x:1"}), "--endpoints: endpoints 'ftp://x:1'"));
+  CHECK(has(config_error({"evaluator.endpoints=dns://nameonly"}), "dns://NAME:PORT"));
 }
 
 TEST_CASE("earlier kbrl-train spellings are still read: evaluator.workers, sandbox true/false") {

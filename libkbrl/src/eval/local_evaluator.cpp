@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <fmt/format.h>
@@ -115,10 +117,13 @@ struct Lane {
   std::vector<std::string> sandbox_devices;  // device nodes the sandbox lets this lane see
   std::unique_ptr<Subprocess> proc;
   std::atomic<pid_t> pid{-1};  // of the running worker, readable from other threads
+  std::atomic<pid_t> starting_pid{-1};  // of a worker still importing torch (the destructor stops it)
   std::string torch_version;
   std::string timing_method;  // how the worker times runs: part of the reference-timing cache key
   std::string device_name;  // reported by the first run on this lane
   std::thread thread;
+  bool warm_tried = false;              // start_workers(): this lane tried to start its worker
+  std::atomic<bool> started_once{false};  // a worker of this lane has started (workers_ready)
 };
 
 enum class CallStatus { ok, timeout, lost, start_failed };
@@ -189,6 +194,7 @@ struct LocalEvaluator::Impl {
   std::deque<JobPtr> run_queue;
   std::map<std::string, std::vector<JobPtr>> compiling;  // build key -> jobs waiting on that build
   bool stopping = false;
+  bool warm_requested = false;  // start_workers() was called
   Stats stats;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::map<std::string, core::TimingStats> baselines;
@@ -199,6 +205,10 @@ struct LocalEvaluator::Impl {
   int runs_waiting = 0;
   int runs_active = 0;
   bool exclusive_cpu() const { return config.platform == core::DevicePlatform::cpu; }
+  bool stopping_now() {
+    std::lock_guard lock(mu);
+    return stopping;
+  }
   // Builds in flight, on every backend: while they leave cores idle, a build compiles its binding
   // file beside nvcc's front ends (sooner done); beyond that, after them, so that a source that
   // fails to compile costs no binding compile (fast_build.binding_early).
@@ -369,6 +379,11 @@ struct LocalEvaluator::Impl {
       why = e.what();
       return false;
     }
+    lane.starting_pid = lane.proc->pid();
+    struct Started {
+      std::atomic<pid_t>& pid;
+      ~Started() { pid = -1; }
+    } started{lane.starting_pid};
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(config.worker_start_timeout_s));
     const auto line = lane.proc->read_line(deadline);
@@ -378,6 +393,7 @@ struct LocalEvaluator::Impl {
       lane.torch_version = ready.torch;
       lane.timing_method = ready.timing;
       lane.pid = lane.proc->pid();
+      lane.started_once = true;
     } catch (const std::exception& e) {
       why = fmt::format("worker {} did not start ({}); see {}", lane.name, e.what(), o.stderr_path.string());
       lane.proc->kill();
@@ -465,8 +481,15 @@ struct LocalEvaluator::Impl {
       {
         std::unique_lock lock(mu);
         auto& queue = lane.compile ? compile_queue : run_queue;
-        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        cv.wait(lock, [&] { return stopping || !queue.empty() || (warm_requested && !lane.warm_tried); });
         if (stopping) break;
+        if (queue.empty()) {  // start_workers(): start this lane's worker before any job needs it
+          lane.warm_tried = true;
+          lock.unlock();
+          std::string why;
+          if (!ensure_worker(lane, why) && !stopping_now()) std::fprintf(stderr, "evaluator: %s\n", why.c_str());
+          continue;
+        }
         job = queue.front();
         queue.pop_front();
       }
@@ -747,8 +770,10 @@ LocalEvaluator::~LocalEvaluator() {
     impl_->compiling.clear();
     impl_->cv.notify_all();
   }
-  for (auto& lane : impl_->lanes)  // unblocks lanes waiting on long jobs; they see `stopping`
+  for (auto& lane : impl_->lanes) {  // unblocks lanes waiting on long jobs or a starting worker
     if (const pid_t pid = lane->pid.load(); pid > 0) ::kill(-pid, SIGKILL);
+    if (const pid_t pid = lane->starting_pid.load(); pid > 0) ::kill(-pid, SIGKILL);
+  }
   for (auto& lane : impl_->lanes)
     if (lane->thread.joinable()) lane->thread.join();
   {
@@ -833,5 +858,15 @@ std::vector<pid_t> LocalEvaluator::worker_pids() const {
 }
 
 const LocalEvaluatorConfig& LocalEvaluator::config() const { return impl_->config; }
+
+void LocalEvaluator::start_workers() {
+  std::lock_guard lock(impl_->mu);
+  impl_->warm_requested = true;
+  impl_->cv.notify_all();
+}
+
+bool LocalEvaluator::workers_ready() const {
+  return std::all_of(impl_->lanes.begin(), impl_->lanes.end(), [](const auto& lane) { return lane->started_once.load(); });
+}
 
 }  // namespace kbrl::eval

@@ -12,6 +12,7 @@
 
 #include "kbrl/core/error.hpp"
 #include "kbrl/check/static_check.hpp"
+#include "kbrl/eval/remote_evaluator.hpp"
 
 namespace kbrl::eval {
 
@@ -24,6 +25,11 @@ EvaluatorSettings default_evaluator_settings(SettingsProfile profile) {
     s.options.warmup_runs = 3;
   }
   return s;
+}
+
+std::unique_ptr<Evaluator> make_evaluator(const EvaluatorSettings& settings) {
+  if (!settings.endpoints.empty()) return std::make_unique<RemoteEvaluator>(remote_evaluator_config(settings.endpoints));
+  return std::make_unique<LocalEvaluator>(local_evaluator_config(settings));
 }
 
 LocalEvaluatorConfig local_evaluator_config(const EvaluatorSettings& settings) {
@@ -399,6 +405,25 @@ std::vector<Setting> make_settings() {
                      request(&O::run_timeout_s), 0, false));
 
   // The evaluator: where and with what it runs.
+  {
+    Setting endpoints = text<std::string>(
+        {"endpoints", "", evaluator, "EvaluatorSettings::endpoints",
+         "kbrl-evald servers to evaluate on instead of this machine: URL[,URL...], dns://NAME:PORT or a file of "
+         "them (docs/services.md); the token from $KBRL_EVALD_TOKEN. The evaluator settings other than the "
+         "evaluation options are then the servers'"},
+        [](EvaluatorSettings& s) -> std::string& { return s.endpoints; }, SettingType::text);
+    endpoints.set = [plain = endpoints.set](EvaluatorSettings& settings, const SettingValue& v) -> std::string {
+      if (auto error = plain(settings, v); !error.empty()) return error;
+      if (settings.endpoints.empty()) return {};
+      try {
+        remote_evaluator_config(settings.endpoints);
+      } catch (const core::InvalidArgument& x) {
+        return x.what();
+      }
+      return {};
+    };
+    e.push_back(std::move(endpoints));
+  }
   e.push_back(choice<core::DevicePlatform>(
       {"device", "", evaluator, "LocalEvaluatorConfig::platform", "where kernels run"}, local(&L::platform),
       {{"cpu", core::DevicePlatform::cpu}, {"cuda", core::DevicePlatform::cuda}, {"hip", core::DevicePlatform::hip}}));

@@ -98,6 +98,10 @@ class LocalEvaluator : public Evaluator {
   // Process ids of the workers now running (for tests that kill them at random).
   std::vector<pid_t> worker_pids() const;
   const LocalEvaluatorConfig& config() const;
+  // Starts every lane's worker now rather than at its first job, and returns at once: a service
+  // is ready (kbrl-evald's /readyz) once workers_ready() says each has started, torch imported.
+  void start_workers();
+  bool workers_ready() const;
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -24,6 +25,9 @@ struct EvaluatorSettings {
   // A JSON file of static-check severities (docs/static-checks.md), read when the evaluator is
   // configured; local.static_check_severity is applied over it.
   std::filesystem::path static_check_config;
+  // kbrl-evald servers to evaluate on instead of this machine (remote_evaluator_config's forms:
+  // URL[,URL...], dns://NAME:PORT or a file of them); empty: a LocalEvaluator of `local`.
+  std::string endpoints;
 };
 
 // Whose defaults. They differ in one place only, here: training times fewer runs (a reward needs
@@ -34,6 +38,11 @@ enum class SettingsProfile {
   training,    // kbrl-train: 20 timed runs after 3 warm-up runs
 };
 EvaluatorSettings default_evaluator_settings(SettingsProfile profile);
+
+// The evaluator these settings describe: a RemoteEvaluator on `endpoints` when set (docs/services.md;
+// its token from $KBRL_EVALD_TOKEN, or the file $KBRL_EVALD_TOKEN_FILE names), else a
+// LocalEvaluator of local_evaluator_config(settings). Throws as their constructors do.
+std::unique_ptr<Evaluator> make_evaluator(const EvaluatorSettings& settings);
 
 // The configuration a LocalEvaluator is built with: `settings.local`, its static-check severities
 // being static_check_config's with local.static_check_severity over them. Throws

@@ -26,6 +26,7 @@
 #include "kbrl/dataset/load.hpp"
 #include "kbrl/env/dataset.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
+#include "kbrl/eval/settings.hpp"
 #include "kbrl/log/run_dir.hpp"
 #include "kbrl/model/torch/torch_tensors.hpp"
 #include "kbrl/train/data_processing.hpp"
@@ -773,9 +774,15 @@ RlLoopResult run_rl_loop(const RunConfig& config, const RlLoopOptions& options, 
   Policy policy(po);
   if (!config.lora.init_adapter.empty()) policy.load_lora(config.lora.init_adapter);
   else policy.attach_lora(lora_config(config));
-  eval::LocalEvaluator evaluator(
-      evaluator_for_rank(config, launch.rank, launch.world_size, launch.local_rank, launch.local_world_size));
-  return run_rl_loop(config, policy, evaluator, dataset, loop_options);
+  // evaluator.endpoints: the fleet of kbrl-evald servers (docs/services.md), shared by every rank;
+  // else a LocalEvaluator on this machine, one per rank (evaluator_for_rank).
+  std::unique_ptr<eval::Evaluator> evaluator;
+  if (config.evaluator.endpoints.empty())
+    evaluator = std::make_unique<eval::LocalEvaluator>(
+        evaluator_for_rank(config, launch.rank, launch.world_size, launch.local_rank, launch.local_world_size));
+  else
+    evaluator = eval::make_evaluator(config.evaluator);
+  return run_rl_loop(config, policy, *evaluator, dataset, loop_options);
 }
 
 }  // namespace kbrl::train
