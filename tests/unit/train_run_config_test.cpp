@@ -107,6 +107,10 @@ TEST_CASE("the multi-turn discount has one owner: reward.multi_turn") {
   CHECK(c.reward.multi_turn.form == reward::ReturnForm::max);
   CHECK(load_run_config(std::nullopt, {"log_path=x"}).reward.multi_turn.gamma == 0.4);
   // The key it replaced says where the setting went, from an override and from a file.
+  const auto async = error_of(std::nullopt, {"log_path=x", "train.async=false"});
+  CHECK(has(async, "field 'train.async': was replaced by train.max_steps_off_policy"));
+  CHECK(load_run_config(std::nullopt, {"log_path=x"}).train.max_steps_off_policy == 0);  // synchronous
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "train.max_steps_off_policy=-1"}), "train.max_steps_off_policy"));
   const auto removed = error_of(std::nullopt, {"log_path=x", "env.gamma=0.5"});
   CHECK(has(removed, "field 'env.gamma': was removed"));
   CHECK(has(removed, "reward.multi_turn.gamma"));
