@@ -121,6 +121,17 @@ TEST_CASE("the multi-turn discount has one owner: reward.multi_turn") {
   CHECK(has(train::config_reference_markdown(), "| `reward.multi_turn.gamma` | `0.4` |"));
 }
 
+TEST_CASE("a run started before asynchronous steps resumes synchronous") {
+  // What an older kbrl saved in a run's config.yaml: async off, and a bound that meant nothing.
+  const auto old = write_yaml("older_run.yaml", "log_path: runs/a\ntrain:\n  async: false\n  max_steps_off_policy: 1\n");
+  CHECK(load_run_config(old, {}).train.max_steps_off_policy == 0);
+  // ...and an override of the new key still applies on top of it.
+  CHECK(load_run_config(old, {"train.max_steps_off_policy=2"}).train.max_steps_off_policy == 2);
+  // async: true was never accepted, so it is the retired key's error.
+  const auto on = write_yaml("older_async.yaml", "log_path: runs/a\ntrain:\n  async: true\n");
+  CHECK(has(error_of(on, {}), "was replaced by train.max_steps_off_policy"));
+}
+
 TEST_CASE("the resolved config reads back equal") {
   const auto c = load_run_config(std::nullopt, {"log_path=runs/r", "seed=42", "lora.rank=16", "lora.alpha=8.5",
                                                 "dataset.include=[level1/1*, \"*relu*\"]", "dataset.exclude=level1/19_*",

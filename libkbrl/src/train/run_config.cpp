@@ -413,11 +413,28 @@ struct Source {
   }
 };
 
+// The config.yaml of a run started by an older kbrl says `train.async: false` next to
+// `train.max_steps_off_policy: 1`, a bound that meant nothing while steps were synchronous. That
+// run resumes as it ran, synchronous: both keys are read as max_steps_off_policy 0. (An older kbrl
+// refused `train.async: true`, so no run has it; it gets the retired key's message, and so does
+// the key given as an override, which is someone typing the old name.)
+bool older_synchronous_train_section(const YAML::Node& node, const std::string& prefix, const Source& src) {
+  if (prefix != "train" || src.overrides.count("train.async") != 0) return false;
+  if (!node.IsMap() || !node["async"] || !node["async"].IsScalar()) return false;
+  bool async = true;
+  return YAML::convert<bool>::decode(node["async"], async) && !async;
+}
+
 void apply_tree(RunConfig& c, const YAML::Node& node, const std::string& prefix, const Source& src,
                 const reward::RewardRegistry& registry) {
+  const bool older_synchronous = older_synchronous_train_section(node, prefix, src);
+  if (older_synchronous) c.train.max_steps_off_policy = 0;
   for (const auto& kv : node) {
     const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
+    if (older_synchronous && (key == "train.async" ||
+                              (key == "train.max_steps_off_policy" && src.overrides.count(key) == 0)))
+      continue;
     if (key == "reward") {
       try {
         c.reward = reward::RewardConfig::from_json(to_json(v), "reward", registry);
