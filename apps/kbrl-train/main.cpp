@@ -63,7 +63,8 @@ int run_training(const std::vector<std::string>& args) {
   train::RlLoopOptions options;
   options.stop = &g_stop;
   const auto result = train::run_rl_loop(config, options);
-  std::cerr << "kbrl-train: " << result.steps_done << "/" << result.total_steps << " steps in " << config.log_path
+  if (result.rank == 0)  // under torchrun: one report, rank 0's
+    std::cerr << "kbrl-train: " << result.steps_done << "/" << result.total_steps << " steps in " << config.log_path
             << (result.stopped ? " (stopped; run again to resume)" : "") << "\n";
   // Stopped early by a signal: the last step's checkpoint is saved, but the run is not done.
   return result.stopped ? apps::kExitInterrupted : apps::kExitOk;

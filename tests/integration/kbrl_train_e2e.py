@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """kbrl-train end to end on the CPU with real processes: the demo policy (scripts/make_demo_model.py)
-on the bundled problems with the CPU evaluator. Two steps of single-turn and of multi-turn
-training write every output file; a run killed with SIGKILL in the middle resumes and its
-metrics show each step exactly once; TensorBoard's own reader finds our scalars and histograms;
-`kbrl-train runs` / `status` report the runs' states.
+on the bundled problems with the CPU evaluator. Two steps of single-turn training on two ranks
+(torchrun, the store backend) and of multi-turn training write every output file, once; a run
+killed with SIGKILL in the middle resumes and its metrics show each step exactly once;
+TensorBoard's own reader finds our scalars and histograms; `kbrl-train runs` / `status` report the
+runs' states.
 
-Resume is checked against an uninterrupted run of the same config and seed (on the CPU a step is
-deterministic: same samples, rewards, advantages, losses and weights): the SIGKILLed run, and a
-run put in the exact file state of a kill between a step's metrics line and its checkpoint line
-(the redo path, which a kill at a random moment hits only by chance), must end with the same
-per-step metrics (time/* aside), traces and checkpoint files (byte for byte; the optimizer's
-tensors one by one, without the random generators' states).
+The single-turn run, the killed run and their uninterrupted reference are asynchronous
+(train.max_steps_off_policy=1: each batch sampled from the weights of the step before the last),
+the multi-turn run synchronous. Resume is checked against an uninterrupted run of the same config
+and seed (on the CPU a step is deterministic: same samples, rewards, advantages, losses and
+weights): the SIGKILLed run, and a run put in the exact file state of a kill between a step's
+metrics line and its checkpoint line (the redo path, which a kill at a random moment hits only by
+chance), must end with the same per-step metrics (time/* aside), traces and checkpoint files
+(byte for byte; the optimizer's tensors one by one, without the random generators' states). The
+two-rank run must sample, score and train what the one-rank reference did (losses within
+floating-point rounding of the sum over ranks), and refuse to resume on one rank.
 
     kbrl_train_e2e.py --train <kbrl-train> --source <repo> --work <scratch dir>
 """
@@ -37,9 +42,15 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_train(args, log_path, *overrides, timeout=900):
+ASYNC = "train.max_steps_off_policy=1"
+
+
+def run_train(args, log_path, *overrides, timeout=900, ranks=1):
     cmd = [args.train, os.path.join(args.source, "examples/configs/cpu_demo.yaml"),
            f"model.path={args.model}", f"log_path={log_path}", *overrides]
+    if ranks > 1:
+        cmd = [args.python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+               "--no-python", *cmd]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=args.source)
     if r.returncode != 0:
         print(r.stdout[-3000:], r.stderr[-5000:])
@@ -137,6 +148,27 @@ def check_same_run(reference, other, what):
           (f" (differ: {differ[:4]})" if differ else ""))
 
 
+def check_same_as_one_rank(one, two, steps):
+    """The first `steps` steps of `two` (trained on two ranks) against `one` (one rank): the same
+    samples, rewards and advantages; training metrics within the rounding of summing over ranks."""
+    check(trace_keys(two) == [t for t in trace_keys(one) if t[0] < steps],
+          "two ranks: the same samples, rewards and advantages as one rank")
+    want, got = deterministic_metrics(one)[:steps], deterministic_metrics(two)
+    differ = []
+    for w, g in zip(want, got):
+        for k in sorted(set(w) | set(g)):
+            if k.startswith("eval/"):
+                continue  # the two-rank run evaluated its held-out split, the reference did not
+            a, b = g.get(k), w.get(k)
+            if k.startswith("train/") and isinstance(a, float) and isinstance(b, float):
+                if abs(a - b) > 1e-5 * max(1.0, abs(b)):
+                    differ.append((w["step"], k, a, b))
+            elif a != b:
+                differ.append((w["step"], k, a, b))
+    check(len(got) == steps and not differ,
+          f"two ranks: the one-rank run's metrics and losses ({len(got)} steps; differences: {differ[:4]})")
+
+
 def cut_to_kill_before_checkpoint_line(log_path, step):
     """The files of a run killed after `step`'s metrics line, before its checkpoint line: the
     checkpoint folder of `step` is written (it comes first), its metrics and traces lines are
@@ -193,15 +225,30 @@ def main():
     args.model = os.path.join(args.work, "model")
     subprocess.run([args.python, os.path.join(args.source, "scripts/make_demo_model.py"), args.model], check=True)
 
-    # Single turn, two steps.
+    # Single turn, two asynchronous steps on two ranks.
     single = os.path.join(args.work, "runs", "single")
-    r = run_train(args, single, "dataset.max_steps=2", "eval_every=2")
-    check(r.returncode == 0, "single-turn: kbrl-train exits 0")
+    r = run_train(args, single, "dataset.max_steps=2", "eval_every=2", ASYNC, ranks=2)
+    check(r.returncode == 0, "single-turn on two ranks: kbrl-train exits 0")
+    check(r.stderr.count("2/2 steps in") == 1, "two ranks: one final report (rank 0's)")
     if r.returncode == 0:
         metrics = check_outputs(single, 2, False)
         check("eval/reward_mean" in metrics[1] and metrics[1]["eval/problems"] == 3 and "eval/reward_mean" not in metrics[0],
               "single-turn: the held-out split is evaluated at step 2")
         check_tensorboard(single, 2)
+        check([c["world_size"] for c in read_jsonl(os.path.join(single, "checkpoints.jsonl"))] == [2, 2],
+              "two ranks: the checkpoints record the world size")
+        check(sorted(os.listdir(os.path.join(single, "eval_work"))) == ["compile_cache", "rank0", "rank1"],
+              "two ranks: an evaluator work dir per rank, one compile cache")
+        check([m["async/policy_lag"] for m in metrics] == [0, 1], "asynchronous: batch 2 sampled one step behind")
+        for key in ["sample_start", "sample_end", "eval_start", "eval_end", "train_start", "train_end", "step_end"]:
+            check(all(f"time/{key}" in m for m in metrics), f"asynchronous: the timeline carries time/{key}")
+        check(metrics[1]["time/sample_start"] < metrics[0]["time/train_end"],
+              "asynchronous: batch 2 is sampled before step 1's training ends")
+        r = run_train(args, single, "dataset.max_steps=3", "eval_every=2", ASYNC)
+        check(r.returncode != 0 and "resumes only on as many" in r.stderr,
+              f"a run of two ranks refuses to resume on one: {r.stderr[-300:]!r}")
+        check([m["step"] for m in read_jsonl(os.path.join(single, "metrics.jsonl"))] == [0, 1],
+              "the refused resume leaves the run's files as they were")
 
     # Multi-turn, two steps.
     multi = os.path.join(args.work, "runs", "multi")
@@ -213,7 +260,7 @@ def main():
     # Killed in the middle of the second step, then resumed.
     killed = os.path.join(args.work, "runs", "killed")
     cmd = [args.train, os.path.join(args.source, "examples/configs/cpu_demo.yaml"), f"model.path={args.model}",
-           f"log_path={killed}", "dataset.max_steps=3"]
+           f"log_path={killed}", "dataset.max_steps=3", ASYNC]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=args.source)
     metrics_file = os.path.join(killed, "metrics.jsonl")
     deadline = time.time() + 600
@@ -245,10 +292,14 @@ def main():
 
     # The same run uninterrupted: what the resumed ones must have ended with.
     straight = os.path.join(args.work, "runs", "straight")
-    r = run_train(args, straight, "dataset.max_steps=3")
+    r = run_train(args, straight, "dataset.max_steps=3", ASYNC)
     check(r.returncode == 0, "uninterrupted run: kbrl-train exits 0")
     if r.returncode == 0:
         check_same_run(straight, killed, "SIGKILLed and resumed run")
+        check(os.path.isfile(os.path.join(straight, "checkpoints/step_000001/sampler_adapters.safetensors")),
+              "asynchronous: a checkpoint keeps the adapters the next batches sample with")
+        if os.path.isfile(os.path.join(single, "metrics.jsonl")):
+            check_same_as_one_rank(straight, single, 2)
 
         # The redo path on purpose: a copy of the uninterrupted run cut back to a kill between step
         # 1's metrics line and its checkpoint line; the resume must drop step 1's lines and redo it.

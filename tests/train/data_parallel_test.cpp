@@ -158,6 +158,7 @@ TEST_CASE("launch variables are read as torchrun and slurm set them") {
     CHECK(env.rank == 3);
     CHECK(env.world_size == 4);
     CHECK(env.local_rank == 1);
+    CHECK(env.local_world_size == 4);  // no LOCAL_WORLD_SIZE: one host
     CHECK(env.master_addr == "node7");
     CHECK(env.master_port == 29501);
   }
@@ -171,6 +172,24 @@ TEST_CASE("launch variables are read as torchrun and slurm set them") {
     CHECK(env.rank == 1);
     CHECK(env.world_size == 2);
     CHECK(env.master_port == 29500);
+  }
+  {
+    EnvGuard g;
+    g.set("WORLD_SIZE", "4");
+    g.set("RANK", "2");
+    g.set("LOCAL_RANK", "0");
+    g.set("LOCAL_WORLD_SIZE", "2");
+    g.set("MASTER_ADDR", "node1");
+    CHECK(kbrl::train::launch_env_from_environment().local_world_size == 2);
+  }
+  {
+    EnvGuard g;
+    g.set("SLURM_NTASKS", "6");
+    g.set("SLURM_PROCID", "4");
+    g.set("SLURM_LOCALID", "0");
+    g.set("SLURM_TASKS_PER_NODE", "3(x2)");
+    g.set("MASTER_ADDR", "node1");
+    CHECK(kbrl::train::launch_env_from_environment().local_world_size == 3);
   }
   auto error_of = [](const std::vector<std::pair<std::string, std::string>>& vars) {
     EnvGuard g;
@@ -187,4 +206,7 @@ TEST_CASE("launch variables are read as torchrun and slurm set them") {
   CHECK(contains(error_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}),
                  "MASTER_PORT"));
   CHECK(contains(error_of({{"WORLD_SIZE", "two"}}), "WORLD_SIZE"));
+  CHECK(contains(error_of({{"WORLD_SIZE", "4"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}, {"LOCAL_RANK", "2"},
+                           {"LOCAL_WORLD_SIZE", "2"}}),
+                 "LOCAL_RANK"));
 }

@@ -42,13 +42,14 @@ class ScriptedPolicy : public train::TokenCompleter {
     std::int64_t n;
     std::uint64_t seed;
     std::size_t first_length;  // messages in the first conversation
+    std::vector<std::uint64_t> keys;
   };
   std::vector<Call> calls;
   std::size_t drop = 0;  // return this many samples fewer than asked for
 
   std::vector<core::Transition> complete(const std::vector<std::vector<core::Message>>& conversations, std::int64_t n,
-                                         std::uint64_t seed) override {
-    calls.push_back({conversations.size(), n, seed, conversations.front().size()});
+                                         std::uint64_t seed, const std::vector<std::uint64_t>& keys) override {
+    calls.push_back({conversations.size(), n, seed, conversations.front().size(), keys});
     std::vector<core::Transition> out;
     for (std::size_t p = 0; p < conversations.size(); ++p)
       for (std::int64_t s = 0; s < n; ++s) {
@@ -100,6 +101,7 @@ TEST_CASE("single-turn rollouts: one group per builder, its prompt sampled group
   CHECK(policy.calls[0].conversations == 2);
   CHECK(policy.calls[0].n == 2);
   CHECK(policy.calls[0].seed == 100);
+  CHECK(policy.calls[0].keys == std::vector<std::uint64_t>{0, 1});
   REQUIRE(r.groups.size() == 2);
   CHECK(r.groups[1].problem_id == "p1");
   for (std::size_t g = 0; g < 2; ++g) {
@@ -126,7 +128,7 @@ TEST_CASE("single-turn rollouts: one group per builder, its prompt sampled group
   CHECK(ev.seen.size() == 4);
 }
 
-TEST_CASE("multi-turn rollouts: later turns per episode with feedback, calls count up the seed") {
+TEST_CASE("multi-turn rollouts: later turns per episode with feedback, turns count up the seed") {
   ScriptedEvaluator ev;
   // Submission order: turn 0 of g0s0, g0s1 (call 0), g1s0, g1s1 (call 1); then g0s1 (call 2),
   // g1s0 (call 3); then g1s0 again (call 4), its last turn.
@@ -137,8 +139,12 @@ TEST_CASE("multi-turn rollouts: later turns per episode with feedback, calls cou
   o.seed = 7;
   const auto r = train::do_group_rollouts(builders(ev, true), policy, o);
   REQUIRE(policy.calls.size() == 5);
+  // Turn t samples with seed + t; a first turn is keyed by its group, a later one by group * 4096
+  // + the episode's index.
+  const std::vector<std::vector<std::uint64_t>> keys = {{0}, {1}, {1}, {4096}, {4096}};
   for (std::size_t c = 0; c < 5; ++c) {
-    CHECK(policy.calls[c].seed == 7 + c);
+    CHECK(policy.calls[c].seed == (c < 2 ? 7 : c < 4 ? 8 : 9));
+    CHECK(policy.calls[c].keys == keys[c]);
     CHECK(policy.calls[c].conversations == 1);
     CHECK(policy.calls[c].n == (c < 2 ? 2 : 1));
     CHECK(policy.calls[c].first_length == (c < 2 ? 2 : c < 4 ? 4 : 6));  // + (answer, feedback) per turn
@@ -154,7 +160,7 @@ TEST_CASE("multi-turn rollouts: later turns per episode with feedback, calls cou
   CHECK(long_one[2].done);
   CHECK(long_one[1].observation.size() == 4);
   CHECK(long_one[1].observation[3].content.find("Attempt 1 of 3") != std::string::npos);
-  CHECK(long_one[2].completion.tokens == std::vector<std::int32_t>{11, 0, 0});  // call 4
+  CHECK(long_one[2].completion.tokens == std::vector<std::int32_t>{9, 0, 0});  // call 4, turn 3
   CHECK(r.groups[0].trajectories[1].transitions[1].eval->correct);
 }
 
@@ -164,4 +170,30 @@ TEST_CASE("a policy that returns too few samples is an error") {
   ScriptedPolicy policy;
   policy.drop = 1;
   CHECK_THROWS_AS(train::do_group_rollouts(builders(ev, false), policy, {}), core::Error);
+}
+
+TEST_CASE("start_group_rollouts samples every turn, finish_group_rollouts takes the last turn's results") {
+  ScriptedEvaluator ev;
+  ev.correct = {true, false, false, true, true, false, false};
+  ScriptedPolicy policy;
+  train::RolloutOptions o;
+  o.groups_per_call = 1;
+  o.seed = 7;
+  o.max_turns = 3;
+  o.group_keys = {5, 9};  // a rank's share: the groups' places in the whole batch
+  const auto bs = builders(ev, true);
+  auto pending = train::start_group_rollouts(bs, policy, o);
+  // All three turns sampled (the third is the last: start does not wait for it).
+  REQUIRE(policy.calls.size() == 5);
+  CHECK(policy.calls[0].keys == std::vector<std::uint64_t>{5});
+  CHECK(policy.calls[1].keys == std::vector<std::uint64_t>{9});
+  CHECK(policy.calls[4].keys == std::vector<std::uint64_t>{9 * 4096});
+  const auto r = train::finish_group_rollouts(std::move(pending));
+  CHECK(policy.calls.size() == 5);
+  REQUIRE(r.groups.size() == 2);
+  CHECK(r.groups[1].trajectories[0].transitions.size() == 3);
+  CHECK(r.groups[1].trajectories[0].transitions[2].done);
+  CHECK(r.groups[1].trajectories[0].transitions[2].eval.has_value());
+  o.group_keys = {1};
+  CHECK_THROWS_AS(train::start_group_rollouts(bs, policy, o), core::InvalidArgument);
 }

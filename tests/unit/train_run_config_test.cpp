@@ -107,6 +107,10 @@ TEST_CASE("the multi-turn discount has one owner: reward.multi_turn") {
   CHECK(c.reward.multi_turn.form == reward::ReturnForm::max);
   CHECK(load_run_config(std::nullopt, {"log_path=x"}).reward.multi_turn.gamma == 0.4);
   // The key it replaced says where the setting went, from an override and from a file.
+  const auto async = error_of(std::nullopt, {"log_path=x", "train.async=false"});
+  CHECK(has(async, "field 'train.async': was replaced by train.max_steps_off_policy"));
+  CHECK(load_run_config(std::nullopt, {"log_path=x"}).train.max_steps_off_policy == 0);  // synchronous
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "train.max_steps_off_policy=-1"}), "train.max_steps_off_policy"));
   const auto removed = error_of(std::nullopt, {"log_path=x", "env.gamma=0.5"});
   CHECK(has(removed, "field 'env.gamma': was removed"));
   CHECK(has(removed, "reward.multi_turn.gamma"));
@@ -115,6 +119,17 @@ TEST_CASE("the multi-turn discount has one owner: reward.multi_turn") {
   CHECK(has(from_file, "old_gamma.yaml:4"));
   CHECK(has(from_file, "reward.multi_turn.gamma"));
   CHECK(has(train::config_reference_markdown(), "| `reward.multi_turn.gamma` | `0.4` |"));
+}
+
+TEST_CASE("a run started before asynchronous steps resumes synchronous") {
+  // What an older kbrl saved in a run's config.yaml: async off, and a bound that meant nothing.
+  const auto old = write_yaml("older_run.yaml", "log_path: runs/a\ntrain:\n  async: false\n  max_steps_off_policy: 1\n");
+  CHECK(load_run_config(old, {}).train.max_steps_off_policy == 0);
+  // ...and an override of the new key still applies on top of it.
+  CHECK(load_run_config(old, {"train.max_steps_off_policy=2"}).train.max_steps_off_policy == 2);
+  // async: true was never accepted, so it is the retired key's error.
+  const auto on = write_yaml("older_async.yaml", "log_path: runs/a\ntrain:\n  async: true\n");
+  CHECK(has(error_of(on, {}), "was replaced by train.max_steps_off_policy"));
 }
 
 TEST_CASE("the resolved config reads back equal") {

@@ -306,9 +306,10 @@ const std::vector<Entry>& schema() {
     e.push_back(field("train.activation_checkpointing", &R::train, &TrainSection::activation_checkpointing, "recompute each layer in the backward pass"));
     e.push_back(field("train.advantage_std_normalize", &R::train, &TrainSection::advantage_std_normalize, "divide advantages by the group's standard deviation"));
     e.push_back(field("train.remove_constant_reward_groups", &R::train, &TrainSection::remove_constant_reward_groups, "leave groups whose rewards are all equal out of the update"));
-    e.push_back(field("train.async", &R::train, &TrainSection::async, "overlap sampling of the next batch with training (not supported yet: must be false)",
-                      Check<bool>([](const bool& v) { return v ? std::string("asynchronous training is not supported yet") : std::string(); })));
-    e.push_back(field("train.max_steps_off_policy", &R::train, &TrainSection::max_steps_off_policy, "bound on the policy lag in asynchronous mode", at_least(0)));
+    e.push_back(field("train.max_steps_off_policy", &R::train, &TrainSection::max_steps_off_policy,
+                      "0: synchronous steps; k >= 1: batch s is sampled from the weights after step s - k while earlier "
+                      "batches are evaluated and trained (docs/training-runs.md)",
+                      at_least(0)));
     return e;
   }();
   return entries;
@@ -322,6 +323,9 @@ const std::map<std::string, std::string>& retired_keys() {
        "was replaced by dataset.include, a list of globs (one string is a list of one): write "
        "dataset.include: [\"<pattern>\"], and dataset.exclude for problems to leave out"},
       // One owner per setting: the returns behind multi-turn advantages are the reward's.
+      {"train.async",
+       "was replaced by train.max_steps_off_policy: 0 (the default) is the synchronous loop, 1 or more "
+       "overlaps sampling with evaluation and training; remove train.async"},
       {"env.gamma",
        "was removed: the discount of later turns is the reward's, reward.multi_turn.gamma (with "
        "reward.multi_turn.form); set reward.multi_turn.gamma instead"},
@@ -409,11 +413,28 @@ struct Source {
   }
 };
 
+// The config.yaml of a run started by an older kbrl says `train.async: false` next to
+// `train.max_steps_off_policy: 1`, a bound that meant nothing while steps were synchronous. That
+// run resumes as it ran, synchronous: both keys are read as max_steps_off_policy 0. (An older kbrl
+// refused `train.async: true`, so no run has it; it gets the retired key's message, and so does
+// the key given as an override, which is someone typing the old name.)
+bool older_synchronous_train_section(const YAML::Node& node, const std::string& prefix, const Source& src) {
+  if (prefix != "train" || src.overrides.count("train.async") != 0) return false;
+  if (!node.IsMap() || !node["async"] || !node["async"].IsScalar()) return false;
+  bool async = true;
+  return YAML::convert<bool>::decode(node["async"], async) && !async;
+}
+
 void apply_tree(RunConfig& c, const YAML::Node& node, const std::string& prefix, const Source& src,
                 const reward::RewardRegistry& registry) {
+  const bool older_synchronous = older_synchronous_train_section(node, prefix, src);
+  if (older_synchronous) c.train.max_steps_off_policy = 0;
   for (const auto& kv : node) {
     const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
+    if (older_synchronous && (key == "train.async" ||
+                              (key == "train.max_steps_off_policy" && src.overrides.count(key) == 0)))
+      continue;
     if (key == "reward") {
       try {
         c.reward = reward::RewardConfig::from_json(to_json(v), "reward", registry);
@@ -538,7 +559,6 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
   apply_tree(c, root, "", src, registry);
   if (c.log_path.empty())
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "log_path", "is required (the run directory); add log_path=<dir>");
-  if (c.train.max_steps_off_policy < 0) throw core::ConfigError("config", "train.max_steps_off_policy", "must not be negative");
   const std::string device(core::to_string(c.evaluator.local.platform));
   if (c.prompt.language == "cpp" && device != "cpu")
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",

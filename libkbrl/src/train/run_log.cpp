@@ -42,8 +42,10 @@ RunLog::RunLog(const RunConfig& config, std::FILE* progress)
 
 RunLog::~RunLog() = default;
 
-std::optional<CheckpointRecord> RunLog::last_checkpoint() const {
-  const auto lines = log::read_last_jsonl(path_ / "checkpoints.jsonl", 1);
+std::optional<CheckpointRecord> RunLog::last_checkpoint() const { return read_last_checkpoint(path_); }
+
+std::optional<CheckpointRecord> read_last_checkpoint(const fs::path& run_dir) {
+  const auto lines = log::read_last_jsonl(run_dir / "checkpoints.jsonl", 1);
   if (lines.empty()) return std::nullopt;
   const auto& last = lines.back();
   CheckpointRecord c;
@@ -51,6 +53,7 @@ std::optional<CheckpointRecord> RunLog::last_checkpoint() const {
   c.state = std::string(last.at("state").as_string());
   if (const auto* a = last.if_contains("adapter"); a != nullptr && a->is_string()) c.adapter = std::string(a->as_string());
   if (const auto* o = last.if_contains("optimizer_steps"); o != nullptr && o->is_int64()) c.optimizer_steps = o->as_int64();
+  if (const auto* w = last.if_contains("world_size"); w != nullptr && w->is_int64()) c.world_size = static_cast<int>(w->as_int64());
   return c;
 }
 
@@ -147,6 +150,7 @@ void RunLog::write_checkpoint(const CheckpointRecord& c) {
   o["state"] = c.state;
   o["adapter"] = c.adapter;
   o["optimizer_steps"] = c.optimizer_steps;
+  o["world_size"] = c.world_size;
   checkpoints_->write(o);
   checkpoints_->flush();
 }

@@ -78,8 +78,9 @@ struct TrainSection {
   bool activation_checkpointing = true;
   bool advantage_std_normalize = false;
   bool remove_constant_reward_groups = true;
-  bool async = false;
-  int max_steps_off_policy = 1;
+  // 0: synchronous. k >= 1: batch s is sampled with the weights of step s - k while earlier
+  // batches are evaluated and trained (an asynchronous pipeline); samples staler than k are dropped.
+  int max_steps_off_policy = 0;
 };
 
 struct RunConfig {

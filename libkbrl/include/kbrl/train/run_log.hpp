@@ -34,7 +34,12 @@ struct CheckpointRecord {
   std::string state;    // TrainingClient::save_state's folder
   std::string adapter;  // the PEFT adapter folder
   std::int64_t optimizer_steps = 0;
+  // The ranks that trained it (data parallelism): a run resumes on as many (absent: 1).
+  int world_size = 1;
 };
+
+// The last line of <run_dir>/checkpoints.jsonl; none for a new run.
+std::optional<CheckpointRecord> read_last_checkpoint(const std::filesystem::path& run_dir);
 
 // Where the checkpoint of `step` goes: checkpoints/step_<step + 1, six digits>/{state,adapter}.
 CheckpointRecord checkpoint_paths(std::int64_t step);

@@ -159,6 +159,17 @@ LaunchEnv launch_env_from_environment() {
   if (rank) env.rank = env_int(rank->first, rank->second, 0, env.world_size - 1);
   if (const auto local = first_set({"LOCAL_RANK", "SLURM_LOCALID"}))
     env.local_rank = env_int(local->first, local->second, 0, 1 << 16);
+  env.local_world_size = env.world_size;
+  if (const auto local = first_set({"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"})) {
+    env.local_world_size = env_int(local->first, local->second, 1, env.world_size);
+  } else if (const auto tasks = env_var("SLURM_TASKS_PER_NODE")) {
+    // "4(x2),3": the first node's count is this host's unless the job is uneven.
+    const std::string first = tasks->substr(0, tasks->find_first_of("(,"));
+    env.local_world_size = env_int("SLURM_TASKS_PER_NODE", first, 1, env.world_size);
+  }
+  if (env.local_rank >= env.local_world_size)
+    throw core::ConfigError("environment variable LOCAL_RANK", "",
+                            cat(env.local_rank, " is not below the ranks on this host, ", env.local_world_size));
   if (const auto addr = env_var("MASTER_ADDR")) {
     env.master_addr = *addr;
   } else if (env.world_size > 1) {
@@ -205,6 +216,29 @@ std::map<std::string, double> ProcessGroup::sum(const std::map<std::string, doub
   std::size_t i = 0;
   for (const auto& kv : values) result[kv.first] = p[i++];
   return result;
+}
+
+std::vector<std::string> ProcessGroup::all_gather(const std::string& mine) {
+  const auto world = static_cast<std::size_t>(world_size());
+  const auto me = static_cast<std::size_t>(rank());
+  std::vector<at::Tensor> lengths{at::zeros({world_size()}, at::kDouble)};
+  lengths[0][rank()] = static_cast<double>(mine.size());
+  all_reduce_sum(lengths);
+  const at::Tensor l = lengths[0].to(at::kCPU).contiguous();
+  std::vector<std::size_t> size(world), offset(world + 1, 0);
+  for (std::size_t r = 0; r < world; ++r) {
+    size[r] = static_cast<std::size_t>(l.data_ptr<double>()[r]);
+    offset[r + 1] = offset[r] + size[r];
+  }
+  std::vector<std::string> out(world);
+  if (offset[world] == 0) return out;
+  std::vector<at::Tensor> buffer{at::zeros({static_cast<std::int64_t>(offset[world])}, at::kByte)};
+  if (!mine.empty()) std::memcpy(buffer[0].data_ptr<std::uint8_t>() + offset[me], mine.data(), mine.size());
+  all_reduce_sum(buffer);  // the others' spans are zero: the sum is every rank's bytes exactly
+  const at::Tensor b = buffer[0].to(at::kCPU).contiguous();
+  const auto* p = reinterpret_cast<const char*>(b.data_ptr<std::uint8_t>());
+  for (std::size_t r = 0; r < world; ++r) out[r].assign(p + offset[r], size[r]);
+  return out;
 }
 
 }  // namespace kbrl::train

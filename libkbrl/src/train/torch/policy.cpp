@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/text.hpp"
 #include "kbrl/tokenizer/chat_tokens.hpp"
 
 namespace kbrl::train {
@@ -71,12 +72,35 @@ std::string Policy::prompt_text(const std::vector<core::Message>& conversation) 
 }
 
 std::vector<model::Sample> Policy::generate(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
-                                            model::SamplingParams params) const {
+                                            model::SamplingParams params,
+                                            const std::vector<std::uint64_t>& prompt_keys) const {
+  return generate(*decoder_, prompts, n, std::move(params), prompt_keys, {});
+}
+
+std::vector<model::Sample> Policy::generate(const model::DecoderModel& decoder,
+                                            const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
+                                            model::SamplingParams params, const std::vector<std::uint64_t>& prompt_keys,
+                                            const model::SamplerOptions& sampler_options) const {
   for (const auto id : stop_ids_)
     if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), id) == params.stop_token_ids.end())
       params.stop_token_ids.push_back(id);
   const c10::NoGradGuard no_grad;
-  return model::Sampler(*decoder_, token_bytes_).generate(prompts, n, params);
+  return model::Sampler(decoder, token_bytes_, sampler_options).generate(prompts, n, params, prompt_keys);
+}
+
+std::shared_ptr<model::DecoderModel> Policy::adapter_snapshot() const {
+  if (!lora_) throw core::InvalidArgument("Policy::adapter_snapshot: the policy has no LoRA adapters");
+  // A copy of the model shares every tensor (at::Tensor copies are references); only the
+  // adapters get storage of their own.
+  auto copy = std::make_shared<model::DecoderModel>(*decoder_);
+  const c10::NoGradGuard no_grad;
+  for (auto& [name, linear] : copy->linears()) {
+    if (!linear->lora) continue;
+    linear->lora->a = linear->lora->a.detach().clone();
+    linear->lora->b = linear->lora->b.detach().clone();
+    linear->lora->training = false;
+  }
+  return copy;
 }
 
 core::Completion Policy::completion(const model::Sample& s) const {
@@ -90,11 +114,13 @@ core::Completion Policy::completion(const model::Sample& s) const {
   return c;
 }
 
-PolicyCompleter::PolicyCompleter(const Policy& policy, model::SamplingParams params)
-    : policy_(policy), params_(std::move(params)) {}
+PolicyCompleter::PolicyCompleter(const Policy& policy, model::SamplingParams params,
+                                 std::shared_ptr<const model::DecoderModel> decoder, model::SamplerOptions sampler_options)
+    : policy_(policy), params_(std::move(params)), decoder_(std::move(decoder)), sampler_options_(sampler_options) {}
 
 std::vector<core::Transition> PolicyCompleter::complete(const std::vector<std::vector<core::Message>>& conversations,
-                                                        std::int64_t n, std::uint64_t seed) {
+                                                        std::int64_t n, std::uint64_t seed,
+                                                        const std::vector<std::uint64_t>& prompt_keys) {
   std::vector<std::vector<std::int64_t>> prompts;
   std::vector<std::vector<tokenizer::TokenId>> ids;
   std::vector<std::string> texts;
@@ -105,7 +131,8 @@ std::vector<core::Transition> PolicyCompleter::complete(const std::vector<std::v
   }
   model::SamplingParams params = params_;
   params.seed = seed;
-  const auto samples = policy_.generate(prompts, n, params);
+  const auto samples = decoder_ ? policy_.generate(*decoder_, prompts, n, params, prompt_keys, sampler_options_)
+                                : policy_.generate(prompts, n, params, prompt_keys);
   std::vector<core::Transition> out(samples.size());
   for (const auto& s : samples) {
     auto& t = out[s.prompt_index * static_cast<std::size_t>(n) + s.sample_index];

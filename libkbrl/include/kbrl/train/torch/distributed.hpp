@@ -22,13 +22,16 @@ struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;  // the GPU index on this host
+  int local_world_size = 1;  // ranks on this host
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool distributed() const { return world_size > 1; }
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's names), falling back to
-// SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID under srun. Nothing set: a single process. Throws
+// SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID under srun. LOCAL_WORLD_SIZE (torchrun), else
+// SLURM_NTASKS_PER_NODE or the first count of SLURM_TASKS_PER_NODE, else WORLD_SIZE (one host),
+// is the number of ranks on this host. Nothing set: a single process. Throws
 // core::ConfigError naming the variable for a malformed or inconsistent value (a rank outside
 // [0, WORLD_SIZE), a port outside 1-65535, MASTER_ADDR missing when WORLD_SIZE > 1).
 LaunchEnv launch_env_from_environment();
@@ -56,6 +59,10 @@ class ProcessGroup {
 
   // Sums named scalars over ranks (metrics, normalizers); the same map on every rank.
   std::map<std::string, double> sum(const std::map<std::string, double>& values);
+
+  // Every rank's bytes, in rank order, on every rank (trajectories and metrics for rank 0's run
+  // files). Built on all_reduce_sum: each rank fills its own span of a zeroed buffer.
+  std::vector<std::string> all_gather(const std::string& mine);
 
  protected:
   ProcessGroup(int rank, int world_size) : rank_(rank), world_size_(world_size) {}

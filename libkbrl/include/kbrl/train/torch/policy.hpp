@@ -71,9 +71,20 @@ class Policy {
   std::string prompt_text(const std::vector<core::Message>& conversation) const;
 
   // Samples from the current weights without gradients (model::Sampler semantics); the
-  // policy's stop tokens are added to params.stop_token_ids.
+  // policy's stop tokens are added to params.stop_token_ids. prompt_keys: Sampler::generate's.
   std::vector<model::Sample> generate(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
-                                      model::SamplingParams params) const;
+                                      model::SamplingParams params,
+                                      const std::vector<std::uint64_t>& prompt_keys = {}) const;
+  // The same from another decoder of this checkpoint (a sampling snapshot).
+  std::vector<model::Sample> generate(const model::DecoderModel& decoder,
+                                      const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
+                                      model::SamplingParams params, const std::vector<std::uint64_t>& prompt_keys,
+                                      const model::SamplerOptions& sampler_options) const;
+
+  // A decoder that shares this policy's base weights but holds its own copy of the LoRA
+  // adapters (needs adapters): an asynchronous loop samples from it while the trainer updates
+  // the live ones, and copies a finished step's adapters into it between batches.
+  std::shared_ptr<model::DecoderModel> adapter_snapshot() const;
   // A sample as a Completion: tokens, num_tokens, truncated (stopped by max_tokens) and the text
   // decoded without its stop token and without special tokens.
   core::Completion completion(const model::Sample& sample) const;
@@ -90,16 +101,21 @@ class Policy {
 };
 
 // The policy behind rollouts' TokenCompleter: every call samples with `params` (max_tokens,
-// temperature, top_p, top_k; the seed is the call's).
+// temperature, top_p, top_k; the seed is the call's). With `decoder` set it samples from that
+// decoder (an adapter_snapshot) with `sampler_options` instead of the policy's own.
 class PolicyCompleter : public TokenCompleter {
  public:
-  PolicyCompleter(const Policy& policy, model::SamplingParams params);
+  PolicyCompleter(const Policy& policy, model::SamplingParams params,
+                  std::shared_ptr<const model::DecoderModel> decoder = nullptr, model::SamplerOptions sampler_options = {});
   std::vector<core::Transition> complete(const std::vector<std::vector<core::Message>>& conversations,
-                                         std::int64_t n, std::uint64_t seed) override;
+                                         std::int64_t n, std::uint64_t seed,
+                                         const std::vector<std::uint64_t>& prompt_keys) override;
 
  private:
   const Policy& policy_;
   model::SamplingParams params_;
+  std::shared_ptr<const model::DecoderModel> decoder_;
+  model::SamplerOptions sampler_options_;
 };
 
 }  // namespace kbrl::train
