@@ -32,6 +32,14 @@ mkdir -p "$out" && out="$(cd "$out" && pwd)"
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/kbrl-eval-fleet.XXXXXX")"
 ncpu=$(nproc)
 half=$((ncpu / 2))
+# The two halves of the machine by physical core (hyperthread siblings stay together), so that
+# "half the cores" is half the machine's compute, not one thread of every core.
+read -r cpus_a cpus_b < <(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -k1,1n | awk -F, '
+  { core[NR] = $2; cpu[NR] = $1; if (!($2 in seen)) { seen[$2] = 1; n++ } }
+  END { half = n / 2; k = 0; delete seen
+        for (i = 1; i <= NR; i++) { if (!(core[i] in seen)) { seen[core[i]] = k++ }
+          if (seen[core[i]] < half) a = a (a ? "," : "") cpu[i]; else b = b (b ? "," : "") cpu[i] }
+        print a, b }')
 python="${PYTHON:-python3}"
 servers=()
 stop_servers() {
@@ -87,13 +95,13 @@ IFS=, read -ra wanted <<< "$configs"
 for config in "${wanted[@]}"; do
   case "$config" in
     one)
-      start_server one-a 0 "0-$((half - 1))"
+      start_server one-a 0 "$cpus_a"
       evaluate one --endpoints "$url"
       stop_servers ;;
     two)
-      start_server two-a 0 "0-$((half - 1))"
+      start_server two-a 0 "$cpus_a"
       a=$url
-      start_server two-b 1 "$half-$((ncpu - 1))"
+      start_server two-b 1 "$cpus_b"
       evaluate two --endpoints "$a,$url"
       stop_servers ;;
     local)
@@ -103,5 +111,6 @@ for config in "${wanted[@]}"; do
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
 { echo "cpus: $ncpu ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))";
+  echo "halves by physical core: $cpus_a | $cpus_b"
   echo "kbrl: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"; } > "$out/machine.txt"
 "$python" "$here/summarize.py" "$out"
