@@ -3,6 +3,9 @@
 # machine, CI and the GPU machine all build against the same torch.
 
 find_package(fmt 9 REQUIRED)
+# Here, not in libkbrl/: imported targets are seen only below the folder that found them, and
+# the pkg-config writer (cmake/KbrlInstall.cmake) walks libkbrl's link interface from the top.
+find_package(Threads REQUIRED)
 
 # Boost.JSON: the compiled library where it is installed (Debian: libboost-json1.81-dev),
 # otherwise its header-only form, compiled once inside libkbrl (see src/core/boost_json.cpp).
