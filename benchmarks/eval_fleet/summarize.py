@@ -5,6 +5,7 @@ both GPUs, and the verdicts (all three must agree on every candidate).
 
     summarize.py <out dir>     writes <out dir>/results.md and results.json
 """
+import argparse
 import json
 import os
 import statistics
@@ -48,7 +49,9 @@ def verdict(x):
 
 
 def main():
-    out = sys.argv[1]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage="summarize.py <out dir>")
+    ap.add_argument("out", help="a folder run.sh wrote")
+    out = ap.parse_args().out
     runs = load(out)
     lines = ["# Evaluation throughput of a kbrl-evald fleet", ""]
     for name in ("gpus.txt", "machine.txt"):
