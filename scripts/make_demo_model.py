@@ -3,7 +3,7 @@
 (trained here on the bundled problems and solutions) and ChatML special tokens, in Hugging Face's
 layout (config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
 generation_config.json). It answers with noise, but ends its turn (<|im_end|>) at a few percent
-per token, so completions vary in length and a length-shaped reward gives GRPO something to
+per token after any context (--stop-probability), so completions vary in length and a length-shaped reward gives GRPO something to
 learn on a CPU in seconds. Deterministic for a given seed.
 
     make_demo_model.py <out dir> [--seed 0] [--vocab 1024] [--hidden 64] [--layers 2]
@@ -27,13 +27,18 @@ CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['cont
           "{% if add_generation_prompt %}{{'<|im_start|>assistant\\n'}}{% endif %}")
 
 
-def train_tokenizer(vocab):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+def bundled_texts():
     texts = []
     for pattern in ("examples/problems/*.py", "examples/solutions/*.py"):
         for path in sorted(glob.glob(os.path.join(ROOT, pattern))):
             with open(path, encoding="utf-8") as f:
                 texts.append(f.read())
+    return texts
+
+
+def train_tokenizer(vocab):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    texts = bundled_texts()
     if vocab > 4096:  # a large vocabulary needs more text than the bundled files
         import torch
         budget = 40 << 20
@@ -103,17 +108,35 @@ def main():
                 p.copy_(0.02 * r)
             else:
                 p.copy_(r / math.sqrt(p.shape[-1]))
-        # The end-of-turn token gets a logit offset through a shared direction of the final
-        # hidden state: the final norm's output has a roughly constant mean component, so a head
-        # row along it raises that logit everywhere by about the same amount.
-        head = model.lm_head.weight
-        target = math.log(args.stop_probability * (vocab - 1) / (1 - args.stop_probability))
-        head[ids["<|im_end|>"]] = 0
+        # The end-of-turn token gets about the same probability after any context. Layer 0's
+        # value bias passes through attention unchanged (the weights of a position sum to one),
+        # so its output projection adds one constant vector to the residual stream at every
+        # position; the head row of <|im_end|> points along it. Its scale is fitted on contexts
+        # like the ones the policy sees: tokenized problem text followed by the policy's noise.
+        layer0 = model.model.layers[0].self_attn
+        layer0.v_proj.bias.copy_(torch.randn(layer0.v_proj.bias.shape, generator=g, device=device))
+        kv_heads, heads = config.num_key_value_heads, config.num_attention_heads
+        per_head = layer0.v_proj.bias.view(kv_heads, 1, -1).expand(kv_heads, heads // kv_heads, -1)
+        constant = layer0.o_proj(per_head.reshape(-1))  # every query head reads its group's value
         model.model.norm.weight.fill_(1.0)
-        probe = torch.randint(0, vocab, (4, 64), generator=g, device=device)
-        hidden = model.model(probe).last_hidden_state.reshape(-1, args.hidden)
-        direction = hidden.mean(0)
-        head[ids["<|im_end|>"]] = direction * (target / direction.dot(direction).clamp_min(1e-6))
+        head = model.lm_head.weight
+        eos = ids["<|im_end|>"]
+        head[eos] = 0
+        text = tok.encode("\n".join(bundled_texts())).ids
+        probe = torch.stack([torch.cat([torch.tensor(text[i:i + 192], device=device),
+                                        torch.randint(0, vocab, (64,), generator=g, device=device)])
+                             for i in range(0, 4 * 192, 192)])
+        direction = constant / constant.norm()
+        hidden = model.model(probe).last_hidden_state
+        along = hidden @ direction  # the final normed state's component along the constant vector
+        logits = model.lm_head(hidden)
+        others = torch.logsumexp(torch.cat([logits[..., :eos], logits[..., eos + 1:]], -1), -1)
+        lo, hi = 0.0, 1000.0
+        for _ in range(60):  # the scale that gives the mean stop probability asked for
+            mid = (lo + hi) / 2
+            p = torch.sigmoid(mid * along - others).mean().item()
+            lo, hi = (mid, hi) if p < args.stop_probability else (lo, mid)
+        head[eos] = direction * lo
     if args.shapes != "demo":
         model.to(torch.bfloat16)
     model.save_pretrained(args.out)

@@ -3,12 +3,18 @@
 # evaluated with cold caches on a machine with two GPUs, three ways, one after another:
 #   one    RemoteEvaluator (kbrl-eval --endpoints) over one kbrl-evald: GPU 0, half the cores
 #   two    RemoteEvaluator over two kbrl-evald: GPU 0 + the first half of the cores, GPU 1 + the
-#          second half (each pinned with taskset, as two hosts would be)
+#          second half (each pinned with taskset, as two hosts would be; cpu_halves.sh splits
+#          the machine by physical core)
 #   local  LocalEvaluator (kbrl-eval --gpus 0,1): both GPUs, all cores
+#   shared one kbrl-evald (GPU 0, half A) timed while a second one (GPU 1, half B) evaluates its
+#          own copy of the workload, untimed: one server's rate when the machine's other half is
+#          as busy as it is in "two". On a virtual machine whose vCPUs do not add up (the host's
+#          threads and caches are shared; cpu_halves.md measures it), "one" alone borrows from
+#          the idle half, and this is the rate a server on a host of its own would keep.
 # The servers are started and ready (/readyz) before the clock starts, as a standing fleet is;
 # the local evaluator's worker start is inside its time (it is reported separately).
 #
-# usage: bash benchmarks/eval_fleet/run.sh <KernelBench checkout> <out dir> [configs (one,two,local)]
+# usage: bash benchmarks/eval_fleet/run.sh <KernelBench checkout> <out dir> [configs (one,two,local,shared)]
 # Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per configuration, 420).
 # Writes <out>/results.md and results.json (summarize.py), <config>.log and each run's
 # eval_results.jsonl as <config>.jsonl.
@@ -19,7 +25,7 @@ if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
 fi
 kb="${1:?usage: run.sh <KernelBench checkout> <out dir> [configs]}"
 out="${2:?usage: run.sh <KernelBench checkout> <out dir> [configs]}"
-configs="${3:-one,two,local}"
+configs="${3:-one,two,local,shared}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 build="${KBRL_BUILD:-$repo/build/cuda}"
@@ -32,14 +38,9 @@ mkdir -p "$out" && out="$(cd "$out" && pwd)"
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/kbrl-eval-fleet.XXXXXX")"
 ncpu=$(nproc)
 half=$((ncpu / 2))
-# The two halves of the machine by physical core (hyperthread siblings stay together), so that
-# "half the cores" is half the machine's compute, not one thread of every core.
-read -r cpus_a cpus_b < <(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -k1,1n | awk -F, '
-  { core[NR] = $2; cpu[NR] = $1; if (!($2 in seen)) { seen[$2] = 1; n++ } }
-  END { half = n / 2; k = 0; delete seen
-        for (i = 1; i <= NR; i++) { if (!(core[i] in seen)) { seen[core[i]] = k++ }
-          if (seen[core[i]] < half) a = a (a ? "," : "") cpu[i]; else b = b (b ? "," : "") cpu[i] }
-        print a, b }')
+# The two halves of the machine by physical core (hyperthreads of a core stay together, measured
+# where the machine does not say), so that "half the cores" is half the machine's compute.
+read -r cpus_a cpus_b < <(bash "$here/cpu_halves.sh" "$out/cpu_halves.md")
 python="${PYTHON:-python3}"
 servers=()
 stop_servers() {
@@ -104,6 +105,18 @@ for config in "${wanted[@]}"; do
       start_server two-b 1 "$cpus_b"
       evaluate two --endpoints "$a,$url"
       stop_servers ;;
+    shared)
+      start_server shared-a 0 "$cpus_a"
+      a=$url
+      start_server shared-b 1 "$cpus_b"
+      mkdir -p "$scratch/shared-load"
+      cp "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_kernel.py "$scratch/shared-load/"
+      "$keval" generations --problems "$kb" --level 1 --run "$scratch/shared-load" --device cuda --endpoints "$url" \
+        > "$out/shared-load.log" 2>&1 &
+      load=$!
+      evaluate shared --endpoints "$a"
+      wait "$load"
+      stop_servers ;;
     local)
       evaluate local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work" ;;
     *) echo "run.sh: unknown configuration $config" >&2; exit 2 ;;
@@ -111,6 +124,6 @@ for config in "${wanted[@]}"; do
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
 { echo "cpus: $ncpu ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))";
-  echo "halves by physical core: $cpus_a | $cpus_b"
+  echo "halves by physical core: $cpus_a | $cpus_b (how they were found: cpu_halves.md)"
   echo "kbrl: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"; } > "$out/machine.txt"
 "$python" "$here/summarize.py" "$out"
