@@ -1,5 +1,7 @@
 #include "kbrl/core/json.hpp"
 
+#include <boost/json/basic_parser_impl.hpp>
+#include <charconv>
 #include <fmt/format.h>
 
 #include "kbrl/core/error.hpp"
@@ -53,9 +55,97 @@ E enum_from(const json::value& jv, Parse parse) {
 
 }  // namespace
 
+namespace {
+
+// Builds the value as Boost.JSON's own parser does, but converts each number's text with
+// std::from_chars (correctly rounded): Boost.JSON before 1.83 parses about one decimal double in
+// ten one unit in the last place away from what its serializer wrote, so a value written and
+// read back (a gathered rollout, a resumed run's state) would not be the value that was written.
+struct ExactNumbers {
+  static constexpr std::size_t max_object_size = json::object::max_size();
+  static constexpr std::size_t max_array_size = json::array::max_size();
+  static constexpr std::size_t max_key_size = json::string::max_size();
+  static constexpr std::size_t max_string_size = json::string::max_size();
+  json::value_stack st;
+  std::string number;  // the text of a number that arrives in parts
+
+  bool on_document_begin(boost::system::error_code&) { return true; }
+  bool on_document_end(boost::system::error_code&) { return true; }
+  bool on_object_begin(boost::system::error_code&) { return true; }
+  bool on_object_end(std::size_t n, boost::system::error_code&) {
+    st.push_object(n);
+    return true;
+  }
+  bool on_array_begin(boost::system::error_code&) { return true; }
+  bool on_array_end(std::size_t n, boost::system::error_code&) {
+    st.push_array(n);
+    return true;
+  }
+  bool on_key_part(json::string_view s, std::size_t, boost::system::error_code&) {
+    st.push_chars(s);
+    return true;
+  }
+  bool on_key(json::string_view s, std::size_t, boost::system::error_code&) {
+    st.push_key(s);
+    return true;
+  }
+  bool on_string_part(json::string_view s, std::size_t, boost::system::error_code&) {
+    st.push_chars(s);
+    return true;
+  }
+  bool on_string(json::string_view s, std::size_t, boost::system::error_code&) {
+    st.push_string(s);
+    return true;
+  }
+  bool on_number_part(json::string_view s, boost::system::error_code&) {
+    number.append(s.data(), s.size());
+    return true;
+  }
+  bool on_int64(std::int64_t i, json::string_view, boost::system::error_code&) {
+    number.clear();
+    st.push_int64(i);
+    return true;
+  }
+  bool on_uint64(std::uint64_t u, json::string_view, boost::system::error_code&) {
+    number.clear();
+    st.push_uint64(u);
+    return true;
+  }
+  bool on_double(double d, json::string_view s, boost::system::error_code&) {
+    number.append(s.data(), s.size());
+    double exact = 0;
+    const auto [end, err] = std::from_chars(number.data(), number.data() + number.size(), exact);
+    // Out of range (beyond the largest double, or below the smallest): Boost's value.
+    st.push_double(err == std::errc{} && end == number.data() + number.size() ? exact : d);
+    number.clear();
+    return true;
+  }
+  bool on_bool(bool b, boost::system::error_code&) {
+    st.push_bool(b);
+    return true;
+  }
+  bool on_null(boost::system::error_code&) {
+    st.push_null();
+    return true;
+  }
+  bool on_comment_part(json::string_view, boost::system::error_code&) { return true; }
+  bool on_comment(json::string_view, boost::system::error_code&) { return true; }
+};
+
+}  // namespace
+
+json::value parse_json(std::string_view text, boost::system::error_code& ec) {
+  json::basic_parser<ExactNumbers> p(json::parse_options{});
+  p.handler().st.reset();
+  const std::size_t used = p.write_some(false, text.data(), text.size(), ec);
+  if (!ec && used < text.size()) ec = json::error::extra_data;
+  if (ec) return nullptr;
+  return p.handler().st.release();
+}
+
 json::value parse_json(std::string_view text) {
   boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
+  json::value v = parse_json(text, ec);
   if (ec) throw InvalidArgument(fmt::format("malformed JSON: {}", ec.message()));
   return v;
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/file.hpp"
 
 namespace kbrl::core {
@@ -105,7 +106,7 @@ std::string JsonReader::field_name(std::string_view prefix, std::string_view key
 
 json::value JsonReader::parse(std::string_view text) const {
   boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
+  json::value v = parse_json(text, ec);
   if (ec) fail("", fmt::format("not valid JSON: {}", ec.message()));
   return v;
 }

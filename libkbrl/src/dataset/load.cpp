@@ -319,7 +319,7 @@ std::vector<Problem> load_jsonl(const fs::path& path) {
     if (is_blank(line)) continue;
     const LineContext c{fmt::format("{}:{}", path.string(), line_no)};
     boost::system::error_code jec;
-    json::value v = json::parse(line, jec);
+    json::value v = core::parse_json(line, jec);
     if (jec) throw ConfigError(c.where, "", fmt::format("malformed JSON: {}", jec.message()));
     if (!v.is_object()) throw ConfigError(c.where, "", "expected a JSON object describing one problem");
     Problem p = problem_from_line(v.get_object(), c, default_prefix);

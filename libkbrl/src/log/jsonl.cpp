@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 
@@ -59,7 +60,7 @@ std::vector<boost::json::object> read_jsonl(const fs::path& path) {
   while (std::getline(in, line)) {
     if (in.eof()) break;  // no newline after it: torn by a kill
     boost::system::error_code ec;
-    auto v = boost::json::parse(line, ec);
+    auto v = core::parse_json(line, ec);
     if (!ec && v.is_object()) out.push_back(std::move(v.as_object()));
   }
   return out;
@@ -70,7 +71,7 @@ namespace {
 // The object on one complete line, if it is one.
 std::optional<boost::json::object> parse_line(std::string_view line) {
   boost::system::error_code ec;
-  auto v = boost::json::parse(line, ec);
+  auto v = core::parse_json(line, ec);
   if (ec || !v.is_object()) return std::nullopt;
   return std::move(v.as_object());
 }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/jsonl.hpp"
@@ -47,7 +48,7 @@ std::optional<boost::json::object> read_json_object(const fs::path& p) {
   }
   if (!text) return std::nullopt;
   boost::system::error_code ec;
-  auto v = boost::json::parse(*text, ec);
+  auto v = core::parse_json(*text, ec);
   if (ec || !v.is_object()) return std::nullopt;
   return v.as_object();
 }

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/file.hpp"
 
@@ -56,7 +57,7 @@ Checkpoint::Checkpoint(const fs::path& path) {
   // Sharded: the index's weight_map must agree exactly with what the shards hold.
   const std::string index = source_.string();
   boost::system::error_code jec;
-  const json::value root = json::parse(core::read_file(source_), jec);
+  const json::value root = core::parse_json(core::read_file(source_), jec);
   if (jec) throw ConfigError(index, "", fmt::format("not valid JSON: {}", jec.message()));
   if (!root.is_object()) throw ConfigError(index, "", "not a JSON object");
   const json::value* map = root.get_object().if_contains("weight_map");

@@ -16,6 +16,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/error.hpp"
 
 static_assert(std::endian::native == std::endian::little,
@@ -250,7 +251,7 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : state_(std::make_shared
 
   const std::string_view header(reinterpret_cast<const char*>(base + 8), static_cast<std::size_t>(n));
   boost::system::error_code ec;
-  json::value root = json::parse(header, ec);
+  json::value root = core::parse_json(header, ec);
   if (ec) throw ConfigError(file, "", fmt::format("header is not valid JSON: {}", ec.message()));
   if (!root.is_object()) throw ConfigError(file, "", "header is not a JSON object");
 

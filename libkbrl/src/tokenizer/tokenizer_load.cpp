@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "kbrl/core/file.hpp"
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/tokenizer/tokenizer.hpp"
 #include "tokenizer_impl.hpp"
@@ -418,12 +419,9 @@ class Loader {
 Tokenizer Tokenizer::from_json(std::string_view json_text, std::string_view origin) {
   auto impl = std::make_unique<Impl>();
   impl->origin = std::string(origin);
-  json::value root;
-  try {
-    root = json::parse(json_text);
-  } catch (const std::exception& e) {
-    throw core::ConfigError(std::string(origin), "", std::string("not valid JSON: ") + e.what());
-  }
+  boost::system::error_code ec;
+  const json::value root = core::parse_json(json_text, ec);
+  if (ec) throw core::ConfigError(std::string(origin), "", "not valid JSON: " + ec.message());
   Loader(std::string(origin), *impl).load(root);
   return Tokenizer(std::move(impl));
 }

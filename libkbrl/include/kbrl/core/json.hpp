@@ -43,8 +43,13 @@ std::string to_json(const T& v) {
   return boost::json::serialize(boost::json::value_from(v));
 }
 
-// Parse JSON text into T; throws InvalidArgument on malformed text or wrong types.
+// Parses JSON text; throws InvalidArgument when it is malformed. Numbers read back exactly as
+// to_json wrote them (correctly rounded, which Boost.JSON's own parser is not before 1.83): use
+// these, not boost::json::parse.
 boost::json::value parse_json(std::string_view text);
+// The same, reporting malformed text through ec (the value is then null).
+boost::json::value parse_json(std::string_view text, boost::system::error_code& ec);
+// Parse JSON text into T; throws InvalidArgument on malformed text or wrong types.
 template <class T>
 T from_json(std::string_view text) {
   return boost::json::value_to<T>(parse_json(text));

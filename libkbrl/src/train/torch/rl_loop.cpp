@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/text.hpp"
 #include "kbrl/dataset/filter.hpp"
@@ -467,7 +468,7 @@ class Loop {
     const auto parts = group_->all_gather(boost::json::serialize(o));
     std::vector<std::vector<core::TrajectoryGroup>> per_rank;
     for (const auto& p : parts) {
-      const auto v = boost::json::parse(p).as_object();
+      const auto v = core::parse_json(p).as_object();
       per_rank.push_back(boost::json::value_to<std::vector<core::TrajectoryGroup>>(v.at("groups")));
       out.sample_seconds = std::max(out.sample_seconds, v.at("sample_seconds").to_number<double>());
       out.wait_seconds = std::max(out.wait_seconds, v.at("wait_seconds").to_number<double>());

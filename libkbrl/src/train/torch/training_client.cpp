@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "kbrl/core/json.hpp"
 #include "kbrl/core/text.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/file.hpp"
@@ -302,7 +303,7 @@ std::string cuda_rng_key(const c10::Device& d) {
 // state.json's step, with its format checked.
 std::int64_t state_step(const std::string& text, const fs::path& file) {
   boost::system::error_code ec;
-  const boost::json::value v = boost::json::parse(text, ec);
+  const boost::json::value v = core::parse_json(text, ec);
   if (ec || !v.is_object()) throw core::ConfigError(file.string(), "", "not a JSON object");
   const auto& o = v.as_object();
   const auto* format = o.if_contains("format");
