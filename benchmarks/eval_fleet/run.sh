@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Evaluation throughput of a fleet: the 64-candidate workload of benchmarks/eval_throughput,
-# evaluated with cold caches on a machine with two GPUs, three ways, one after another:
+# evaluated on a machine with two GPUs, several ways, one after another:
 #   one    RemoteEvaluator (kbrl-eval --endpoints) over one kbrl-evald: GPU 0, half the cores
 #   two    RemoteEvaluator over two kbrl-evald: GPU 0 + the first half of the cores, GPU 1 + the
 #          second half (each pinned with taskset, as two hosts would be; cpu_halves.sh splits
@@ -8,14 +8,21 @@
 #   local  LocalEvaluator (kbrl-eval --gpus 0,1): both GPUs, all cores
 #   shared one kbrl-evald (GPU 0, half A) timed while a second one (GPU 1, half B) evaluates its
 #          own copy of the workload, untimed: one server's rate when the machine's other half is
-#          as busy as it is in "two". On a virtual machine whose vCPUs do not add up (the host's
-#          threads and caches are shared; cpu_halves.md measures it), "one" alone borrows from
-#          the idle half, and this is the rate a server on a host of its own would keep.
+#          as busy as it is in "two". Where the two halves share hardware (a virtual machine's
+#          vCPUs may be threads of the same cores; cpu_halves.md measures it), "one" alone
+#          borrows from the idle half and "shared" is the rate a host of its own would give.
 # The servers are started and ready (/readyz) before the clock starts, as a standing fleet is;
 # the local evaluator's worker start is inside its time (it is reported separately).
+# Caches (KBT_WARM): with 1 (the default), every evaluator first evaluates the workload once,
+# untimed, and the timed pass evaluates it with each load_inline extension renamed
+# (name="x" -> name="x_steady"): new candidates that no compiled-extension cache holds, with the
+# headers and flags whose precompiled headers the first pass built. That is a fleet in the
+# middle of a long run, whose servers have seen candidates like these before. With 0, the timed
+# pass is the first, on cold caches (each server then builds its own precompiled headers while
+# its first candidates compile without them, a cost that two servers pay twice).
 #
 # usage: bash benchmarks/eval_fleet/run.sh <KernelBench checkout> <out dir> [configs (one,two,local,shared)]
-# Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per configuration, 420).
+# Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per pass, 420), KBT_WARM (1).
 # Writes <out>/results.md and results.json (summarize.py), <config>.log and each run's
 # eval_results.jsonl as <config>.jsonl.
 set -uo pipefail
@@ -30,6 +37,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 build="${KBRL_BUILD:-$repo/build/cuda}"
 limit="${KBT_LIMIT:-420}"
+warm="${KBT_WARM:-1}"
 evald="$build/apps/kbrl-evald"
 keval="$build/apps/kbrl-eval"
 for p in "$evald" "$keval"; do [[ -x "$p" ]] || { echo "run.sh: $p is missing (build the cuda preset)" >&2; exit 2; }; done
@@ -75,15 +83,36 @@ sys.exit(1)
 PY
 }
 
-# evaluate CONFIG ARGS...: kbrl-eval generations on a fresh copy of the workload.
+# workload DIR [renamed]: a copy of the workload in DIR; renamed: each extension renamed (KBT_WARM).
+workload() {
+  mkdir -p "$1"
+  cp "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_kernel.py "$1/"
+  [[ "${2:-}" == renamed ]] && sed -i -E 's/\bname="([A-Za-z0-9_]+)"/name="\1_steady"/' "$1"/*.py
+  return 0
+}
+
+# generations NAME ARGS...: kbrl-eval generations on the workload copy in $scratch/NAME.
+generations() {
+  local name=$1; shift
+  timeout "$limit" "$keval" generations --problems "$kb" --level 1 --run "$scratch/$name" --device cuda "$@"
+}
+
+# warm_up NAME ARGS...: with KBT_WARM=1, an untimed pass of the workload through the evaluator
+# that ARGS name.
+warm_up() {
+  local name=$1; shift
+  (( warm )) || return 0
+  workload "$scratch/$name-warm-up"
+  generations "$name-warm-up" "$@" > "$out/$name-warm-up.log" 2>&1
+}
+
+# evaluate CONFIG ARGS...: the timed pass, on a fresh copy of the workload (renamed when warm).
 evaluate() {
   local config=$1; shift
   local run="$scratch/$config-run"
-  mkdir -p "$run"
-  cp "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_kernel.py "$run/"
+  workload "$run" "$( (( warm )) && echo renamed)"
   local start=$EPOCHREALTIME
-  timeout "$limit" "$keval" generations --problems "$kb" --level 1 --run "$run" --device cuda "$@" \
-    > "$out/$config.log" 2>&1
+  generations "$config-run" "$@" > "$out/$config.log" 2>&1
   local rc=$?
   local end=$EPOCHREALTIME
   cp "$run/eval_results.jsonl" "$out/$config.jsonl" 2>/dev/null
@@ -97,27 +126,29 @@ for config in "${wanted[@]}"; do
   case "$config" in
     one)
       start_server one-a 0 "$cpus_a"
+      warm_up one --endpoints "$url"
       evaluate one --endpoints "$url"
       stop_servers ;;
     two)
       start_server two-a 0 "$cpus_a"
       a=$url
       start_server two-b 1 "$cpus_b"
+      warm_up two-a --endpoints "$a" & w=$!; warm_up two-b --endpoints "$url"; wait "$w"
       evaluate two --endpoints "$a,$url"
       stop_servers ;;
     shared)
       start_server shared-a 0 "$cpus_a"
       a=$url
       start_server shared-b 1 "$cpus_b"
-      mkdir -p "$scratch/shared-load"
-      cp "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_kernel.py "$scratch/shared-load/"
-      "$keval" generations --problems "$kb" --level 1 --run "$scratch/shared-load" --device cuda --endpoints "$url" \
-        > "$out/shared-load.log" 2>&1 &
+      warm_up shared-a --endpoints "$a" & w=$!; warm_up shared-b --endpoints "$url"; wait "$w"
+      workload "$scratch/shared-load" "$( (( warm )) && echo renamed)"
+      generations shared-load --endpoints "$url" > "$out/shared-load.log" 2>&1 &
       load=$!
       evaluate shared --endpoints "$a"
       wait "$load"
       stop_servers ;;
     local)
+      warm_up local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work"
       evaluate local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work" ;;
     *) echo "run.sh: unknown configuration $config" >&2; exit 2 ;;
   esac
@@ -125,5 +156,7 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
 { echo "cpus: $ncpu ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))";
   echo "halves by physical core: $cpus_a | $cpus_b (how they were found: cpu_halves.md)"
+  if (( warm )); then echo "caches: warm (KBT_WARM=1: an untimed pass first; the timed pass renames each extension)"
+  else echo "caches: cold (KBT_WARM=0: the timed pass is each evaluator's first)"; fi
   echo "kbrl: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"; } > "$out/machine.txt"
 "$python" "$here/summarize.py" "$out"
