@@ -26,6 +26,7 @@
 # Writes <out>/results.md and results.json (summarize.py), <config>.log and each run's
 # eval_results.jsonl as <config>.jsonl.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../tests/gpu/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
   exit 0

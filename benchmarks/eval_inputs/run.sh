@@ -8,6 +8,7 @@
 # Candidates: our CUDA kernels in tests/gpu/kernelbench_l1 (default: four problems, heavy and
 # light). Writes <out>/results.md and the two runs' eval_results.jsonl. Needs the cuda preset.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../tests/gpu/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
   exit 0

@@ -41,6 +41,7 @@
 # (the share of all cores busy, every 500 ms) and logs.tar.gz. summarize.py can also combine
 # several out dirs of separate runs.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../tests/gpu/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
   exit 0

@@ -9,6 +9,7 @@
 # Needs the cuda preset's kbrl_bench_train_step, python3 with torch, transformers and peft, ~4 GB
 # of disk. Writes results.md and the JSON files into the out dir. About 4 minutes on an H100.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../tests/gpu/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
   exit 0

@@ -282,7 +282,7 @@ class FastBuild:
         cpath = root + (":" + binding[1] if binding else "")
         if binding and not os.path.exists(forward):
             os.makedirs(os.path.dirname(forward), exist_ok=True)
-            tmp = "{}.tmp-{}".format(forward, os.getpid())
+            tmp = temporary_name(forward)
             with open(tmp, "w") as f:
                 f.write(header)
             os.rename(tmp, forward)
@@ -328,7 +328,7 @@ class FastBuild:
                     with contextlib.suppress(OSError):
                         os.remove(os.path.join(os.path.dirname(gch), f))
             stub = os.path.join(pch_dir, key + ".h")
-            tmp = "{}.tmp-{}".format(gch, os.getpid())
+            tmp = temporary_name(gch)
             with open(stub, "w") as f:
                 f.write("#include <torch/extension.h>\n")
             command = cxx + flags + ["-x", "c++-header", stub if binding is None else forward, "-o", tmp] + post
@@ -347,9 +347,10 @@ class FastBuild:
                 # g++ takes a directory holding extension.h.gch to hold extension.h too: a later
                 # #include <torch/extension.h> (candidates repeat it), or one under flags that do
                 # not match the PCH, opens this file, which passes on to torch's own.
-                with open(forward + ".tmp", "w") as f:
+                tmp_forward = temporary_name(forward)
+                with open(tmp_forward, "w") as f:
                     f.write("#pragma once\n#include_next <torch/extension.h>\n")
-                os.rename(forward + ".tmp", forward)
+                os.rename(tmp_forward, forward)
             os.rename(tmp, gch)
             # g++ decides whether a PCH fits a compile (macros, dialect, target options): ask it
             # once, the way main.cpp will be compiled, so that "used" means used.
@@ -482,8 +483,7 @@ class FastBuild:
         key = sha256(json.dumps([FORMAT, self.torch_version, self.include_dir, preludes]))[:32]
         base = os.path.join(self.root, "light", key)
         if not os.path.isdir(base):
-            tmp = "{}.tmp-{}".format(base, os.getpid())
-            shutil.rmtree(tmp, ignore_errors=True)
+            tmp = temporary_name(base)
             for tier, prelude in preludes.items():
                 guard = "KBRL_LIGHT_{}_H".format(tier.upper())
                 text = ("// kbrl light headers, tier {}: stands in for torch's own header of this name in\n"
@@ -532,7 +532,7 @@ class FastBuild:
                     if names is None:
                         open(path + ".failed", "w").close()
                         return None
-                    tmp = "{}.tmp-{}".format(path, os.getpid())
+                    tmp = temporary_name(path)
                     with open(tmp, "w") as f:
                         f.write("\n".join(sorted(names)) + "\n")
                     os.rename(tmp, path)
@@ -718,6 +718,13 @@ class SideBuild:
         if self.light:
             fast.note("light_binding", self.tier if ok else "fallback")
             fast.binding_light_built = ok
+
+
+def temporary_name(path):
+    """A name beside `path` to write into and then rename onto it. Process ids do not tell the
+    writers apart: each sandboxed worker has a PID namespace of its own, where they start again
+    from 1, so the name carries random bits as well."""
+    return "{}.tmp-{}-{}".format(path, os.getpid(), os.urandom(6).hex())
 
 
 def try_lock(lock):
@@ -938,10 +945,11 @@ class PrefixPch:
             if os.path.exists(gch):
                 return True
             os.makedirs(root, exist_ok=True)
-            with open(header + ".tmp", "wb") as f:
+            tmp_header = temporary_name(header)
+            with open(tmp_header, "wb") as f:
                 f.write(prefix)
-            os.rename(header + ".tmp", header)
-            tmp = "{}.tmp-{}".format(gch, os.getpid())
+            os.rename(tmp_header, header)
+            tmp = temporary_name(gch)
             i = argv.index(source)
             command = argv[:i] + ["-x", "c++-header", header] + argv[i + 1:]
             command[command.index("-o") + 1] = tmp

@@ -38,7 +38,7 @@ except ImportError:
 
 # The wire version (kWorkerProtocolVersion on the C++ side): in the greeting, every job and every
 # reply; a job of another version is refused.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 # How CUDA runs are timed (Runner.time_model); the evaluator keys cached reference timings by it.
 TIMING_METHOD = "cuda events on the current stream, device-wide guard"
 # A run is charged for work outside the current stream only beyond this much (ms) more than an
@@ -155,7 +155,8 @@ class Str:
 
 
 # Field -> kind: a kind above, a tuple of the strings allowed, or a dict for a nested object.
-LIMITS_FIELDS = {"file_size_bytes": Integer, "address_space_bytes": Integer, "processes": Integer, "nice": Integer}
+LIMITS_FIELDS = {"file_size_bytes": Integer, "address_space_bytes": Integer, "processes": Integer,
+                 "open_files": Integer, "cpu_seconds": Integer, "nice": Integer}
 FAST_BUILD_FIELDS = {"pch": Bool, "light_headers": Bool, "parallel_passes": Bool, "binding_early": Bool, "dir": Str}
 JOB_FIELDS = {
     "compile": {
@@ -322,14 +323,16 @@ class Harness:
 def apply_limits(limits):
     import resource
 
-    def set_limit(kind, value):
+    def set_limit(kind, value, grace=0):
+        # grace: the hard limit's distance from the soft one, for limits whose soft end sends a
+        # signal that says what happened (SIGXCPU) before the hard end's SIGKILL.
         if value <= 0:  # 0: no limit
             return
         try:
             soft, hard = resource.getrlimit(kind)
             if hard != resource.RLIM_INFINITY:
                 value = min(value, hard)
-            resource.setrlimit(kind, (value, value if hard == resource.RLIM_INFINITY else hard))
+            resource.setrlimit(kind, (value, value + grace if hard == resource.RLIM_INFINITY else hard))
         except (ValueError, OSError):
             pass
 
@@ -342,6 +345,8 @@ def apply_limits(limits):
     set_limit(resource.RLIMIT_FSIZE, limits["file_size_bytes"])
     set_limit(resource.RLIMIT_AS, limits["address_space_bytes"])
     set_limit(resource.RLIMIT_NPROC, limits["processes"])
+    set_limit(resource.RLIMIT_NOFILE, limits["open_files"])
+    set_limit(resource.RLIMIT_CPU, limits["cpu_seconds"], grace=5)
 
 
 def die_with_parent():
@@ -1264,6 +1269,8 @@ def describe_exit(status):
             return "crash", "the process was killed ({}); out of memory or a resource limit".format(name)
         if sig == signal.SIGXFSZ:
             return "crash", "the process wrote more than the file size limit ({})".format(name)
+        if sig == signal.SIGXCPU:
+            return "timeout", "the process used up its CPU-time limit ({}; evaluator setting max_cpu_seconds)".format(name)
         return "crash", "the process died with signal {}".format(name)
     if os.WIFEXITED(status):
         return "crash", "the process exited with code {} before reporting a result".format(os.WEXITSTATUS(status))

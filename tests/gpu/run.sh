@@ -4,6 +4,7 @@
 # Builds with the cuda preset, runs every test (unit, integration on the CPU backend, and the
 # CUDA tests in tests/gpu), and writes logs and result tables into the results dir.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 kb="${1:-}"
 out="${2:-${OUT:-build/gpu-results}}"
 mkdir -p "$out"

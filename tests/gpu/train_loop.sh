@@ -6,6 +6,7 @@
 # that end sooner score higher and the random policy has something to learn (a training phase).
 #   bash tests/gpu/train_loop.sh <KernelBench checkout> [build dir (build/cuda)] [out dir ($OUT)]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 kb="$1"
 build="${2:-build/cuda}"
 out="${3:-${OUT:-build/train-loop-results}}"

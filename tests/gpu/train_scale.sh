@@ -22,6 +22,7 @@
 # limit); the report covers the parts whose results are there.
 # Environment: PYTHON (python3), ASYNC_STEPS (5), DP_STEPS (3).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 kb="$1"
 build="${2:-build/cuda}"
 out="${3:-${OUT:-build/train-scale-results}}"

@@ -94,7 +94,7 @@ def check_eval(args):
            "kernel without --kernel", err="--kernel")
     expect(base[:5] + ["x"] + base[6:], 2, "a level that is not a number")
     expect(base + ["--trials", "0"], 2, "--trials 0", err="--trials: 0 is below 1")
-    expect(base + ["--sandbox", "maybe"], 2, "--sandbox maybe", err="not one of: auto, on, off")
+    expect(base + ["--sandbox", "maybe"], 2, "--sandbox maybe", err="not one of: on, off")
     expect(base + ["--language", "fortran"], 2, "--language fortran")
 
     missing = os.path.join(args.work, "no_such_file.py")

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -140,6 +141,7 @@ TEST_CASE("a compiled C++ kernel is correct and timed and a second evaluation re
     REQUIRE(r.speedup.has_value());
     CHECK(*r.speedup > 0.0);
     CHECK(r.device == "cpu");
+    CHECK(r.metadata.at("sandbox") == "bubblewrap");
   }
   const auto s = ev.stats();
   CHECK(s.compiles == 1);  // the same source is built once
@@ -283,6 +285,64 @@ TEST_CASE("the evaluator rejects a language its backend cannot run and a missing
   auto bad = config("missing-worker");
   bad.worker_script = "/nonexistent/kbrl_worker.py";
   CHECK_THROWS_AS(eval::LocalEvaluator(bad), core::InvalidArgument);
+}
+
+TEST_CASE("without a working bubblewrap, evaluation refuses to start unless the sandbox is off") {
+  // PATH is this process's: the evaluator looks bwrap up there. A bwrap that cannot create
+  // namespaces (as in a container without the privilege) and no bwrap at all.
+  const std::string saved = std::getenv("PATH");
+  const auto bin = std::filesystem::path(KBRL_TEST_TMP) / "fake-bwrap-bin";
+  std::filesystem::remove_all(bin);
+  std::filesystem::create_directories(bin);
+  {
+    std::ofstream f(bin / "bwrap");
+    f << "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n";
+  }
+  std::filesystem::permissions(bin / "bwrap", std::filesystem::perms::owner_all);
+  const auto refusal = [&](const std::string& path) {
+    ::setenv("PATH", path.c_str(), 1);
+    std::string message;
+    try {
+      eval::LocalEvaluator ev(config("no-sandbox"));
+    } catch (const core::InvalidArgument& e) {
+      message = e.what();
+    }
+    ::setenv("PATH", saved.c_str(), 1);
+    return message;
+  };
+  const auto cannot = refusal((bin.string() + ":/usr/bin:/bin"));
+  INFO(cannot);
+  CHECK(cannot.find("bwrap) cannot run here (bwrap: No permissions to create new namespace)") != std::string::npos);
+  CHECK(cannot.find("--sandbox off (evaluator.sandbox: off)") != std::string::npos);
+  CHECK(cannot.find("apt-get install bubblewrap") != std::string::npos);
+  std::filesystem::remove(bin / "bwrap");
+  const auto missing = refusal(bin.string());
+  INFO(missing);
+  CHECK(missing.find("is not installed or cannot run here") != std::string::npos);
+
+  auto off = config("sandbox-off");
+  off.sandbox = eval::SandboxMode::off;
+  eval::LocalEvaluator ev(off);
+  const auto r = ev.evaluate({request("unsandboxed", kCorrectPython)})[0];
+  CHECK(r.correct);
+  CHECK(r.metadata.at("sandbox") == "off");
+}
+
+TEST_CASE("a candidate is held to its open-file and CPU-time limits, and an honest one is not") {
+  auto c = config("limits");
+  c.limits.open_files = 64;
+  c.limits.cpu_seconds = 3;
+  eval::LocalEvaluator ev(c);
+  const auto hoard = python_candidate("", "        fs = [open('/dev/null') for _ in range(200)]\n        return x.clamp_min(0.0)");
+  const auto spin = python_candidate("", "        while True:\n            pass");
+  const auto results = ev.evaluate({request("hoard", hoard), request("spin", spin), request("honest", kCorrectPython)});
+  INFO(results[0].error_message);
+  CHECK(results[0].error_category == ErrorCategory::runtime);
+  CHECK(results[0].error_message.find("Too many open files") != std::string::npos);
+  INFO(results[1].error_message);
+  CHECK(results[1].error_category == ErrorCategory::timeout);
+  CHECK(results[1].error_message.find("CPU-time limit (SIGXCPU; evaluator setting max_cpu_seconds)") != std::string::npos);
+  CHECK(results[2].correct);
 }
 
 namespace {

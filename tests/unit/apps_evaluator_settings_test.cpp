@@ -97,7 +97,7 @@ std::map<std::string, Case> cases() {
                                   return c.static_check_severity.size() == 1 &&
                                          c.static_check_severity.at("try_except_fallback") == core::Severity::warning;
                                 }};
-  m["sandbox"] = {{"--sandbox", "on"}, "on", [](const C& c, const O&) { return c.sandbox == eval::SandboxMode::on; }};
+  m["sandbox"] = {{"--sandbox", "off"}, "off", [](const C& c, const O&) { return c.sandbox == eval::SandboxMode::off; }};
   m["max_file_size_bytes"] = {{"--max-file-size-bytes", "1000"}, "1000",
                               [](const C& c, const O&) { return c.limits.file_size_bytes == 1000; }};
   m["max_memory_bytes"] = {{"--max-memory-bytes", "2000"}, "2000",
@@ -105,6 +105,8 @@ std::map<std::string, Case> cases() {
   m["endpoints"] = {{"--endpoints", "http://a:1,dns://svc.ns:8470"}, "http://a:1,dns://svc.ns:8470", {},
                     [](const EvaluatorSettings& s) { return s.endpoints == "http://a:1,dns://svc.ns:8470"; }};
   m["max_processes"] = {{"--max-processes", "64"}, "64", [](const C& c, const O&) { return c.limits.processes == 64; }};
+  m["max_open_files"] = {{"--max-open-files", "256"}, "256", [](const C& c, const O&) { return c.limits.open_files == 256; }};
+  m["max_cpu_seconds"] = {{"--max-cpu-seconds", "30"}, "30", [](const C& c, const O&) { return c.limits.cpu_seconds == 30; }};
   return m;
 }
 
@@ -215,8 +217,8 @@ TEST_CASE("bad values are refused by both programs with the flag or key named") 
   CHECK(has(config_error({"evaluator.correctness_trials=0"}), "evaluator.correctness_trials"));
   CHECK(has(usage_error({"--compile-nice", "20"}), "--compile-nice: 20 is above 19"));
   CHECK(has(config_error({"evaluator.compile_nice=20"}), "20 is above 19"));
-  CHECK(has(usage_error({"--sandbox", "maybe"}), "'maybe' is not one of: auto, on, off"));
-  CHECK(has(config_error({"evaluator.sandbox=maybe"}), "'maybe' is not one of: auto, on, off"));
+  CHECK(has(usage_error({"--sandbox", "maybe"}), "'maybe' is not one of: on, off"));
+  CHECK(has(config_error({"evaluator.sandbox=maybe"}), "'maybe' is not one of: on, off"));
   CHECK(has(usage_error({"--timing-trials", "many"}), "--timing-trials: expected an integer"));
   CHECK(has(config_error({"evaluator.timing_trials=many"}), "expected an integer"));
   CHECK(has(usage_error({"--run-timeout", "-1"}), "must be positive"));
@@ -230,11 +232,12 @@ TEST_CASE("bad values are refused by both programs with the flag or key named") 
   CHECK(has(config_error({"evaluator.endpoints=dns://nameonly"}), "dns://NAME:PORT"));
 }
 
-TEST_CASE("earlier kbrl-train spellings are still read: evaluator.workers, sandbox true/false") {
+TEST_CASE("earlier kbrl-train spellings are still read: evaluator.workers, sandbox true/false/auto") {
   const auto c = from_overrides({"evaluator.workers=6", "evaluator.sandbox=false"});
   CHECK(c.evaluator.local.compile_workers == 6);
   CHECK(c.evaluator.local.sandbox == eval::SandboxMode::off);
-  CHECK(from_overrides({"evaluator.sandbox=true"}).evaluator.local.sandbox == eval::SandboxMode::automatic);
+  CHECK(from_overrides({"evaluator.sandbox=true"}).evaluator.local.sandbox == eval::SandboxMode::on);
+  CHECK(from_overrides({"evaluator.sandbox=auto"}).evaluator.local.sandbox == eval::SandboxMode::on);
   const std::string yaml = train::to_yaml(c);
   CHECK(has(yaml, "compile_workers: 6"));
   CHECK_FALSE(has(yaml, "  workers:"));

@@ -77,6 +77,8 @@ eval::WorkerLimits golden_limits(int nice) {
   l.file_size_bytes = 4ull << 30;
   l.address_space_bytes = 8ull << 30;
   l.processes = 0;
+  l.open_files = 4096;
+  l.cpu_seconds = 1200;
   l.nice = nice;
   return l;
 }

@@ -8,6 +8,8 @@
 #include <boost/json.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -155,11 +157,12 @@ void write_file_atomically(const fs::path& path, std::string_view data) {
   fs::rename(tmp, path);
 }
 
-bool command_works(const std::vector<std::string>& argv) {
+// Whether argv runs and exits 0 within a few seconds; its standard error goes to stderr_path.
+bool command_works(const std::vector<std::string>& argv, const fs::path& stderr_path = "/dev/null") {
   try {
     Subprocess::Options o;
     o.argv = argv;
-    o.stderr_path = "/dev/null";
+    o.stderr_path = stderr_path;
     Subprocess p(o);
     p.read_line(Clock::now() + std::chrono::seconds(10));
     for (int i = 0; i < 100 && p.running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -256,10 +259,22 @@ struct LocalEvaluator::Impl {
     if (config.sandbox == SandboxMode::off) return;
     const std::vector<std::string> probe = {"bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                                             "--unshare-net", "--unshare-pid", "--die-with-parent", "true"};
-    if (!command_works(probe)) {
-      if (config.sandbox == SandboxMode::on)
-        throw core::InvalidArgument("evaluator: sandbox=on but bubblewrap (bwrap) is not installed or cannot run here");
-      return;
+    const fs::path probe_log = config.work_dir / "logs" / "sandbox-probe.log";
+    std::error_code made;
+    fs::create_directories(probe_log.parent_path(), made);
+    if (!command_works(probe, probe_log)) {
+      std::string said;  // bubblewrap's own words, e.g. that user namespaces are not allowed
+      try {
+        said = core::read_file(probe_log);
+      } catch (const core::Error&) {
+      }
+      while (!said.empty() && std::isspace(static_cast<unsigned char>(said.back()))) said.pop_back();
+      throw core::InvalidArgument(fmt::format(
+          "evaluator: candidates run in a bubblewrap sandbox, and bubblewrap (bwrap) {} here{}. Install it "
+          "(Debian/Ubuntu: apt-get install bubblewrap; a machine without network: docs/building.md, \"Carrying "
+          "bubblewrap\"), or run candidates unsandboxed, knowingly: --sandbox off (evaluator.sandbox: off)",
+          said.empty() ? "is not installed or cannot run" : "cannot run",
+          said.empty() ? "" : fmt::format(" ({})", said.substr(0, 300))));
     }
     sandbox_prefix = {"bwrap", "--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc",
                       "--unshare-uts", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
@@ -555,7 +570,7 @@ struct LocalEvaluator::Impl {
     request.candidate_path = job->build_dir / "candidate.py";
     request.build_dir = job->build_dir;
     request.log_path = job->build_dir / "compile.log";
-    request.limits = limits_for(true);
+    request.limits = limits_for(true, request.timeout_s);
     // A build with its binding file beside nvcc's two front ends keeps about three cores busy.
     const int in_flight = ++compiles_in_flight;
     request.fast_build = {.pch = config.compile_pch,
@@ -654,12 +669,19 @@ struct LocalEvaluator::Impl {
     return true;
   }
 
-  WorkerLimits limits_for(bool compile) const {
+  WorkerLimits limits_for(bool compile, double timeout_s) const {
     WorkerLimits l;
     l.file_size_bytes = config.limits.file_size_bytes;
     // GPU runtimes reserve huge address ranges: GPU runs get no address-space limit.
     if (config.platform == core::DevicePlatform::cpu || compile) l.address_space_bytes = config.limits.address_space_bytes;
     l.processes = config.limits.processes;
+    l.open_files = config.limits.open_files;
+    // A backstop behind the wall-clock timeout: a child cannot use more CPU time than its timeout
+    // on every core, unless it escapes the timeout's kill.
+    l.cpu_seconds = config.limits.cpu_seconds != 0
+                        ? config.limits.cpu_seconds
+                        : static_cast<std::uint64_t>(std::ceil(std::max(timeout_s, 1.0) *
+                                                               std::max(1u, std::thread::hardware_concurrency())));
     if (compile) l.nice = config.compile_nice;
     return l;
   }
@@ -695,7 +717,7 @@ struct LocalEvaluator::Impl {
     request.device = lane.device;
     request.seed = job->seed;
     request.time_reference = request.measure_performance && !cached_baseline;
-    request.limits = limits_for(false);
+    request.limits = limits_for(false, request.timeout_s);
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
       ++runs_waiting;
@@ -806,6 +828,7 @@ std::future<EvalResult> LocalEvaluator::submit(core::EvalRequest request) {
   r.device = std::string(core::to_string(impl_->config.platform));
   job->seed = job->req.options.seed ? *job->req.options.seed : random_seed();
   r.metadata["seed"] = std::to_string(job->seed);
+  r.metadata["sandbox"] = impl_->sandbox_prefix.empty() ? "off" : "bubblewrap";
 
   // Cheap checks first, in this thread: a candidate that fails them never reaches a worker.
   const auto languages = core::languages_for(impl_->config.platform);

@@ -495,12 +495,14 @@ std::vector<Setting> make_settings() {
                            local(&L::static_check_severity)));
 
   // Isolation of the workers.
-  // `true` and `false` were kbrl-train's spellings before `on`: true meant "where installed".
+  // Older spellings: `true` / `false` (kbrl-train's first), and `auto`, which used to fall back
+  // to running unsandboxed where bubblewrap was missing and now requires it like `on`: nothing
+  // runs unsandboxed unless a user says `off`.
   e.push_back(choice<SandboxMode>({"sandbox", "", isolation, "LocalEvaluatorConfig::sandbox",
-                                   "bubblewrap around the workers: auto (where installed), on (required), off"},
-                                  local(&L::sandbox),
-                                  {{"auto", SandboxMode::automatic}, {"on", SandboxMode::on}, {"off", SandboxMode::off}},
-                                  {{"true", "auto"}, {"false", "off"}}));
+                                   "bubblewrap around the workers: on (evaluation refuses to start without it) "
+                                   "or off (candidates run unsandboxed)"},
+                                  local(&L::sandbox), {{"on", SandboxMode::on}, {"off", SandboxMode::off}},
+                                  {{"true", "on"}, {"false", "off"}, {"auto", "on"}}));
   e.push_back(integer<std::uint64_t>({"max_file_size_bytes", "", isolation, "ResourceLimits::file_size_bytes",
                                       "largest file a worker child may write (0: no limit)"},
                                      [](EvaluatorSettings& s) -> std::uint64_t& { return s.local.limits.file_size_bytes; },
@@ -512,6 +514,15 @@ std::vector<Setting> make_settings() {
   e.push_back(integer<std::uint64_t>({"max_processes", "", isolation, "ResourceLimits::processes",
                                       "processes a worker child's user may run (RLIMIT_NPROC; 0: no limit)"},
                                      [](EvaluatorSettings& s) -> std::uint64_t& { return s.local.limits.processes; }, 0));
+  e.push_back(integer<std::uint64_t>({"max_open_files", "", isolation, "ResourceLimits::open_files",
+                                      "files a worker child may hold open (RLIMIT_NOFILE; 0: no limit)"},
+                                     [](EvaluatorSettings& s) -> std::uint64_t& { return s.local.limits.open_files; },
+                                     0));
+  e.push_back(integer<std::uint64_t>(
+      {"max_cpu_seconds", "", isolation, "ResourceLimits::cpu_seconds",
+       "CPU time of a worker child, all its threads (RLIMIT_CPU; 0: its stage's timeout times the cores; "
+       "18446744073709551615: no limit)"},
+      [](EvaluatorSettings& s) -> std::uint64_t& { return s.local.limits.cpu_seconds; }, 0));
   return e;
 }
 

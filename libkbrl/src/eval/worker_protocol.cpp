@@ -110,6 +110,8 @@ json::object limits_json(const WorkerLimits& l) {
   return {{"file_size_bytes", l.file_size_bytes},
           {"address_space_bytes", l.address_space_bytes},
           {"processes", l.processes},
+          {"open_files", l.open_files},
+          {"cpu_seconds", l.cpu_seconds},
           {"nice", l.nice}};
 }
 

@@ -26,9 +26,13 @@ struct ResourceLimits {
   // GPU runs are not limited this way). 0: half the machine's memory; UINT64_MAX: no limit.
   std::uint64_t address_space_bytes = 0;
   std::uint64_t processes = 0;  // RLIMIT_NPROC; 0: no limit (root is never limited by it)
+  std::uint64_t open_files = 4096;  // RLIMIT_NOFILE of a child; 0: no limit
+  // RLIMIT_CPU of a child, in seconds of CPU time (all its threads). 0: its stage's timeout times
+  // the machine's cores, the most it could use within its wall-clock limit; UINT64_MAX: no limit.
+  std::uint64_t cpu_seconds = 0;
 };
 
-enum class SandboxMode { automatic, on, off };
+enum class SandboxMode { on, off };
 
 struct LocalEvaluatorConfig {
   core::DevicePlatform platform = core::DevicePlatform::cpu;
@@ -41,7 +45,8 @@ struct LocalEvaluatorConfig {
   int compile_nice = 10;
   std::vector<int> devices;             // GPU indices (cuda/hip); empty: GPU 0. Ignored on cpu.
   int cpu_run_lanes = 1;                // cpu: parallel run lanes (1 keeps timings exclusive)
-  SandboxMode sandbox = SandboxMode::automatic;  // bubblewrap around the workers where installed
+  // bubblewrap around the workers; on: evaluation refuses to start where bubblewrap cannot run.
+  SandboxMode sandbox = SandboxMode::on;
   ResourceLimits limits;
   std::string cuda_arch;                // TORCH_CUDA_ARCH_LIST for builds, e.g. "9.0"; empty: detect
   double worker_start_timeout_s = 300;  // importing torch on a cold machine is slow

@@ -21,7 +21,7 @@ namespace kbrl::eval {
 // The wire version. The worker's greeting, every job and every reply carry it, and each side
 // refuses another. Bumped with any change of a field, and whenever the worker's behaviour
 // changes what a build or a result means: it is part of the build and reference-timing cache keys.
-inline constexpr int kWorkerProtocolVersion = 3;
+inline constexpr int kWorkerProtocolVersion = 4;
 
 // Limits the worker applies to a job's child (setrlimit, nice). 0 means no limit (no change of
 // niceness).
@@ -29,6 +29,8 @@ struct WorkerLimits {
   std::uint64_t file_size_bytes = 0;
   std::uint64_t address_space_bytes = 0;
   std::uint64_t processes = 0;
+  std::uint64_t open_files = 0;
+  std::uint64_t cpu_seconds = 0;
   int nice = 0;
   friend bool operator==(const WorkerLimits&, const WorkerLimits&) = default;
 };
