@@ -43,6 +43,9 @@ class Device:
 class Event:
     def __init__(self, device):
         self.device = device
+        self.torch = torch
+        self.is_tensor = torch.is_tensor
+        self.copy = torch.Tensor.copy_
         self.t = None
 
     def record(self):
@@ -62,6 +65,9 @@ class Harness:
 
     def __init__(self, device):
         self.device = device
+        self.torch = torch
+        self.is_tensor = torch.is_tensor
+        self.copy = torch.Tensor.copy_
 
     def cuda_event(self, enable_timing=True):
         assert enable_timing
@@ -101,7 +107,7 @@ def time_it(stream_ms, other_ms, wake, trials=100):
     runner.is_cuda = True  # the CUDA path, on the simulated device
     runner.flush_bytes = lambda: 4096
     runs = []
-    out = runner.time_model(Model(device, stream_ms, other_ms), [[torch.zeros(4)]], 3, trials, runs=runs)
+    out = runner.time_model(Model(device, stream_ms, other_ms), lambda k: [torch.zeros(4)], 3, trials, runs=runs)
     result = {"runtime": out}
     kbrl_worker.note_outside_stream(result, "runtime", "outside_stream_runs")
     return out, runs, result.get("metadata", {}).get("outside_stream_runs")
