@@ -143,20 +143,21 @@ def main():
     out, runs, note = time_it(0.0, slack * 0.5, steady)
     check("side work within the slack is not charged", near(out["mean"], 0.0) and note is None)
 
-    # A host whose synchronizing thread wakes up late now and then. The warm-ups end with one
-    # synchronize; then each trial k synchronizes three times: before the run (3k + 2), device-wide
-    # after it (3k + 3) and in the empty measurement (3k + 4).
+    # A host whose synchronizing thread wakes up late now and then. Each of the 3 warm-ups
+    # synchronizes once after its inputs are made (1-3) and the warm-ups end with one more (4);
+    # then each trial k synchronizes four times: after its inputs are made (4k + 5), before the
+    # run (4k + 6), device-wide after it (4k + 7) and in the empty measurement (4k + 8).
     late = 0.3
 
     def late_in_empty(n):
-        return late if n >= 4 and n % 3 == 1 else 0.02
+        return late if n >= 8 and n % 4 == 0 else 0.02
 
     out, runs, note = time_it(1.0, 0.0, late_in_empty)
     check("a late wake-up in the empty measurement never times a run below its stream time",
           all(r[2] > 0.2 for r in runs) and near(out["min"], 1.0) and near(out["mean"], 1.0) and note is None)
 
     def late_after_run(n):
-        return late if n >= 3 and n % 3 == 0 and (n // 3 - 1) % 10 == 0 else 0.02  # trials 0, 10, ..., 90
+        return late if n >= 7 and n % 4 == 3 and (n - 7) // 4 % 10 == 0 else 0.02  # trials 0, 10, ..., 90
 
     out, runs, note = time_it(1.0, 0.0, late_after_run)
     charged = sum(1 for r in runs if r[1] - r[0] - r[2] - slack > 0)
