@@ -4,7 +4,7 @@ guard's rules are checked where there is no GPU: the run is timed by events on t
 stream; work that ends on another stream after the end event is charged to the run, beyond what
 an empty synchronize costs plus GUARD_SLACK_MS; a run is never timed below its stream time; the
 count and the average charge reach the result's metadata. tests/gpu (side streams) checks the
-same on a real GPU.
+same on a real GPU. Also which timed calls have their outputs checked (checked_calls).
 
 The simulation keeps one clock in ms: the current stream's and the other streams' queues, and
 the host, which a synchronize wakes up some latency after the device is done (scripted per call).
@@ -164,6 +164,24 @@ def main():
     check("a late wake-up after the run is charged as work elsewhere (the busy-host limitation)",
           charged == 10 and near(out["mean"], 1.0 + charged * (late - 0.02 - slack) / 100)
           and note == "10 of 100, {:.4f} ms each".format(late - 0.02 - slack))
+
+    # Which timed calls have their outputs checked (kbrl_worker.checked_calls): all of them up to
+    # TIMED_CHECKS; beyond, the last one and one from each equal slice of the others, so late
+    # calls are always among them, drawn from the evaluation's seed.
+    n = kbrl_worker.TIMED_CHECKS
+    check("up to TIMED_CHECKS timed calls, every one is checked",
+          all(kbrl_worker.checked_calls(t, 5) == list(range(t)) for t in range(n + 1)))
+    spread = True
+    for trials in (n + 1, 20, 100, 1000):
+        for seed in range(50):
+            calls = kbrl_worker.checked_calls(trials, seed)
+            slices = [(trials - 1) * j // (n - 1) for j in range(n)]
+            spread = spread and len(calls) == n and calls[-1] == trials - 1 and all(
+                slices[j] <= c < slices[j + 1] for j, c in enumerate(calls[:-1]))
+    check("beyond, the last call and one from each slice of the others", spread)
+    check("the same seed draws the same calls, another seed others",
+          kbrl_worker.checked_calls(100, 7) == kbrl_worker.checked_calls(100, 7)
+          and len({tuple(kbrl_worker.checked_calls(100, s)) for s in range(20)}) > 1)
 
     if failures:
         print("{} check(s) failed".format(len(failures)))
