@@ -40,7 +40,7 @@ except ImportError:
 # reply; a job of another version is refused.
 PROTOCOL_VERSION = 4
 # How CUDA runs are timed (Runner.time_model); the evaluator keys cached reference timings by it.
-TIMING_METHOD = "cuda events on the current stream, device-wide guard"
+TIMING_METHOD = "cuda events on the current stream, device-wide guard, new inputs every call"
 # A run is charged for work outside the current stream only beyond this much (ms) more than an
 # empty synchronize: the host's wake-up after a synchronize varies by a few microseconds.
 GUARD_SLACK_MS = 0.010
@@ -250,6 +250,15 @@ class RewardHack(Exception):
     """A runtime defense found tampering."""
 
 
+class TimedCallMismatch(Exception):
+    """A checked timed call whose outputs differ from the reference's on its inputs."""
+
+    def __init__(self, call, reason):
+        super().__init__("timed call {}: {}".format(call + 1, reason))
+        self.call = call
+        self.reason = reason
+
+
 def load_module(path, name):
     import importlib.util
 
@@ -287,6 +296,7 @@ class Harness:
         self.nan_to_num = torch.nan_to_num
         self.norm = torch.linalg.vector_norm
         self.clone = torch.Tensor.clone
+        self.copy = torch.Tensor.copy_
         self.equal = torch.equal
         self.is_tensor = torch.is_tensor
         self.cuda_synchronize = torch.cuda.synchronize
@@ -634,6 +644,7 @@ class Runner:
         self.precision = precision
         self.kernelbench_inputs = kernelbench_inputs
         self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[self.precision]
+        self.timing_checks_s = 0.0  # time_model's input making and checks, outside its clock
 
     def seed_all(self, seed):
         """Seeds every generator a problem's get_inputs may draw from, so the same seed gives the
@@ -668,9 +679,13 @@ class Runner:
             return contextlib.nullcontext()
         return self.device
 
-    def make_inputs(self, module, seed):
+    def make_inputs(self, module, seed, on_device=False):
+        """The problem's inputs from `seed`; `on_device` makes them on the evaluation device even
+        in KernelBench-identical mode (the timed calls' inputs: one set per call, so host-made
+        ones would take minutes for large problems, and a timing does not depend on which
+        generator drew the values)."""
         self.seed_all(seed)
-        with self.on_device():
+        with (self.device if on_device and self.is_cuda else self.on_device()):
             values = list(module.get_inputs())
         return self.to_device(values)
 
@@ -723,9 +738,18 @@ class Runner:
         junk = torch.full((n,), float("nan"), device=self.device)
         del junk
 
-    def time_model(self, model, input_sets, warmup, trials, runs=None):
-        """Statistics in ms over `trials` calls after `warmup` ones, rotating through the distinct
-        `input_sets` (each call gets fresh clones), the L2 cache flushed before every call.
+    def time_model(self, model, inputs_for_call, warmup, trials, check=None, runs=None):
+        """Statistics in ms over `trials` calls after `warmup` ones, the L2 cache flushed before
+        every call.
+
+        Every call gets inputs never seen before: `inputs_for_call(k)` makes call k's (k < warmup:
+        the warm-ups, then the timed calls), and their values are copied into the same tensors
+        every time (refill). So neither the inputs' content nor their identity (the tensor
+        objects, their data_ptr) tells a call from the one before: a kernel that remembers
+        outputs by content never finds one, and one that remembers them by identity returns a
+        stale one, which `check(i, outputs)` sees: it is called after timed call i, outside the
+        clock, and raises for a call whose outputs are wrong (it chooses which calls it checks).
+        What making inputs and checking costs is added to `self.timing_checks_s`.
 
         On CUDA the clock is KernelBench's: a start event, the call and an end event, all on the
         current stream, right behind the flush, which keeps the GPU busy while the host enters
@@ -740,20 +764,30 @@ class Runner:
         h = self.h
         times = []
         charged, charged_ms = 0, 0.0
+        buffers = []
+
+        def args_for(k):
+            t0 = time.monotonic()
+            args = refill(h, buffers, inputs_for_call(k))
+            self.sync()  # what the device spends making them counts here too, not in the timing
+            self.timing_checks_s += time.monotonic() - t0
+            return args
+
         with torch.no_grad(), (spinning_synchronize() if self.is_cuda else contextlib.nullcontext()):
-            for i in range(warmup):
-                model(*self.clone(input_sets[i % len(input_sets)]))
+            for k in range(warmup):
+                args = args_for(k)
+                model(*args)
             self.sync()
             if self.is_cuda:
                 flush = torch.empty(self.flush_bytes() // 4, dtype=torch.int32, device=self.device)
                 start, end, after, empty0, empty1 = (h.cuda_event(enable_timing=True) for _ in range(5))
             for i in range(trials):
-                args = self.clone(input_sets[i % len(input_sets)])
+                args = args_for(warmup + i)
                 if self.is_cuda:
-                    h.cuda_synchronize()  # the clones and anything a previous run left anywhere
+                    h.cuda_synchronize()  # the inputs and anything a previous run left anywhere
                     flush.zero_()
                     start.record()
-                    model(*args)
+                    out = model(*args)
                     end.record()
                     h.cuda_synchronize()
                     after.record()
@@ -774,8 +808,13 @@ class Runner:
                         runs.append((on_stream, device_wide, empty))
                 else:
                     t0 = h.perf_counter()
-                    model(*args)
+                    out = model(*args)
                     times.append((h.perf_counter() - t0) * 1000.0)
+                if check is not None:
+                    t0 = time.monotonic()
+                    check(i, out)
+                    self.timing_checks_s += time.monotonic() - t0
+                del out, args
         out = stats(times)
         if self.is_cuda and out is not None:
             out["outside_stream_runs"] = charged
@@ -792,6 +831,26 @@ class Runner:
             return max(self.torch.cuda.get_device_properties(self.device).L2_cache_size, 1 << 20)
         except Exception:
             return 64 << 20
+
+
+def refill(h, buffers, fresh):
+    """A call's arguments: the `fresh` inputs' values copied into `buffers`, the tensors the
+    previous call got, wherever shape, stride, dtype, layout and device agree (elsewhere the fresh
+    value takes the place). Every call then sees the same tensor objects at the same addresses
+    holding values never seen before."""
+    is_tensor = h.is_tensor
+    for j, v in enumerate(fresh):
+        if j == len(buffers):
+            buffers.append(v)
+            continue
+        b = buffers[j]
+        if (is_tensor(v) and is_tensor(b) and b.layout == v.layout == h.torch.strided and b.shape == v.shape
+                and b.stride() == v.stride() and b.dtype == v.dtype and b.device == v.device):
+            h.copy(b, v)
+        else:
+            buffers[j] = v
+    del buffers[len(fresh):]
+    return list(buffers)
 
 
 @contextlib.contextmanager
@@ -897,6 +956,31 @@ def trial_seed(seed, trial):
     return (seed * 1000003 + trial * 7919 + 17) % (2 ** 63 - 1)
 
 
+# Timed calls are checked calls. Each call of a timing (warm-ups included) gets inputs of its own,
+# made from the seed trial_seed(seed, TIMED_SEED_BASE + k), past every seed the trials, input
+# families and sensitivity runs use; the reference and the candidate get the same ones. Of the
+# timed calls, TIMED_CHECKS have their outputs compared with the reference's on those inputs
+# (all of them when there are no more): the last one, and one drawn from each equal slice of the
+# others, so that early, middle and late calls are all covered, drawn from the evaluation's
+# seed. A remembered output, a state kept across calls or work skipped after some calls is wrong
+# on every call after it starts, so a few checked calls catch it; each costs one reference run
+# before the candidate loads, and one comparison after its call's clock has stopped. Outputs over
+# FAMILY_FULL_LIMIT elements are compared at FAMILY_SAMPLE positions, as the input families' are.
+TIMED_SEED_BASE = 1 << 20
+TIMED_CHECKS = 6
+
+
+def checked_calls(trials, seed):
+    """Which timed calls (0-based) have their outputs compared with the reference's."""
+    if trials <= TIMED_CHECKS:
+        return list(range(trials))
+    import random
+
+    draw = random.Random(trial_seed(seed, TIMED_SEED_BASE - 1))
+    rest, slices = trials - 1, TIMED_CHECKS - 1
+    return [draw.randrange(rest * j // slices, rest * (j + 1) // slices) for j in range(slices)] + [trials - 1]
+
+
 def same_tensor(h, a, b):
     if a.device != b.device:
         b = b.to(a.device)
@@ -956,9 +1040,33 @@ def child_run(job, torch, h):
             kept_inputs[t] = values
         return values
 
-    def timing_sets():
-        # Two or three distinct sets to rotate through, fewer copies of multi-gigabyte inputs.
-        return [inputs_for(t) for t in range(3 if in_bytes < (1 << 30) else 2)]
+    def timed_inputs(k):
+        """Call k's inputs in a timing (TIMED_SEED_BASE): the same for the reference and the candidate."""
+        return r.make_inputs(ref_mod, trial_seed(seed, TIMED_SEED_BASE + k), on_device=True)
+
+    # The reference's outputs on the checked timed calls (checked_calls): call -> (outputs, kept
+    # whole or at sampled positions, those positions, the outputs' shapes and dtypes).
+    timed_refs = {}
+    checks_in_reference = 0.0  # seconds of the timed calls' checks spent in the reference's step
+
+    def timed_check(i, out):
+        """Raises TimedCallMismatch when timed call i is checked and its outputs are not the
+        reference's (time_model calls it after the call's clock has stopped)."""
+        if i not in timed_refs:
+            return
+        refs, positions, kinds = timed_refs[i]
+        try:
+            out = flatten_outputs(out, torch)
+        except TypeError as exc:
+            raise TimedCallMismatch(i, str(exc))
+        if len(out) != len(refs):
+            raise TimedCallMismatch(i, "forward returned {} outputs, expected {}".format(len(out), len(refs)))
+        for k, (o, ref, pos, (shape, dtype)) in enumerate(zip(out, refs, positions, kinds)):
+            reason = kind_mismatch(h, o, shape, dtype)
+            if reason is None:
+                reason = compare(h, at_positions(o, pos), ref, r.precision, atol, rtol)[0]
+            if reason is not None:
+                raise TimedCallMismatch(i, reason + (" (output {})".format(k) if len(out) > 1 else ""))
 
     # 1. The reference, entirely before any candidate code is loaded: its outputs for every trial
     #    and input family, and its timing.
@@ -1054,16 +1162,42 @@ def child_run(job, torch, h):
                 del out
                 if t == 0:
                     families, skipped = reference_families()
+            if job["measure_performance"]:
+                # The reference's outputs on the checked timed calls' own inputs, before any
+                # candidate code runs, like every other reference output.
+                t0 = time.monotonic()
+                for i in checked_calls(timing_trials, seed):
+                    out = [o.detach() for o in flatten_outputs(ref_model(*timed_inputs(warmup + i)), torch)]
+                    r.sync()
+                    kinds = [(tuple(o.shape), o.dtype) for o in out]
+                    positions = [sample_positions(torch, o, trial_seed(seed, 2 * TIMED_SEED_BASE + 16 * i + j))
+                                 for j, o in enumerate(out)]
+                    timed_refs[i] = (r.keep([at_positions(o, p) for o, p in zip(out, positions)], reserve),
+                                     positions, kinds)
+                    del out
+                checks_in_reference += time.monotonic() - t0
         r.release()
         if job["measure_performance"] and job["time_reference"]:
-            result["ref_runtime"] = r.time_model(ref_model, timing_sets(), warmup, timing_trials)
+            # Timed exactly as the candidate will be, checks included: the reference's checked
+            # calls must give what it gave untimed (a reference whose outputs change from call to
+            # call cannot judge a candidate's).
+            before = r.timing_checks_s
+            try:
+                result["ref_runtime"] = r.time_model(ref_model, timed_inputs, warmup, timing_trials, timed_check)
+            except TimedCallMismatch as exc:
+                raise RuntimeError("its output on timed call {} differs from its untimed run on the same inputs "
+                                   "(a reference that changes from call to call?): {}".format(exc.call + 1, exc.reason))
+            finally:
+                checks_in_reference += r.timing_checks_s - before
             note_outside_stream(result, "ref_runtime", "reference_outside_stream_runs")
         del ref_model
         r.release()
     except BaseException as exc:
         name, msg = exception_message(exc)
         return failure("internal", "reference failed: " + msg + "\n" + last_frames(exc), **result)
-    timings["reference"] = time.monotonic() - t_start - timings["setup"]
+    timings["reference"] = time.monotonic() - t_start - timings["setup"] - checks_in_reference
+    if job["measure_performance"]:
+        timings["timing_checks"] = checks_in_reference
 
     # 2. The candidate, as its own module: it cannot rebind the reference's globals.
     t0 = time.monotonic()
@@ -1192,6 +1326,7 @@ def child_run(job, torch, h):
         del out, cand_in, f_inputs
         r.release()
     result["input_families"] = {"tried": [f[0] for f in families], "failed": failed, "skipped": skipped}
+    calls_before_timing = n_trials + len(families)
     families = ref_outputs = None  # timing needs the memory
     r.release()
     # A kernel that fails only the families is still timed, so a reward that is configured to
@@ -1199,19 +1334,42 @@ def child_run(job, torch, h):
     result["correct"] = not failed
     timings["correctness"] = time.monotonic() - t0
 
-    # 4. Timing, the same way as the reference's, on the same rotating input sets.
+    # 4. Timing, the same way as the reference's, on the same inputs: new ones every call, and
+    #    the checked calls' outputs compared with the reference's after their clocks stop.
     if job["measure_performance"]:
         t0 = time.monotonic()
+        before = r.timing_checks_s
+        # The reference's timing ran on these same inputs: what its outputs left in freed memory is
+        # overwritten, so an output buffer that no kernel writes cannot find them.
+        r.scribble(ref_bytes)
+        r.timing_checks_s += time.monotonic() - t0
+
+        def timing_done():
+            checks = r.timing_checks_s - before
+            timings["timing_checks"] = timings.get("timing_checks", 0.0) + checks
+            timings["timing"] = time.monotonic() - t0 - checks
+
         try:
-            result["runtime"] = r.time_model(cand_model, timing_sets(), warmup, timing_trials)
+            result["runtime"] = r.time_model(cand_model, timed_inputs, warmup, timing_trials, timed_check)
             note_outside_stream(result, "runtime", "outside_stream_runs")
             h.check_untouched()
+        except TimedCallMismatch as exc:
+            # What a kernel returns on the calls that are timed must be as right as on the trials:
+            # a wrong timed call is a wrong output on the problem's own inputs.
+            timing_done()
+            result["correct"] = result["correct_on_problem_inputs"] = False
+            return failure("correctness", (
+                "timed call {} of {} (the candidate's call {}, on inputs new to it): {}; its outputs on the "
+                "correctness trials were right, so they change from call to call: a state kept across calls, "
+                "outputs remembered from earlier calls (by the inputs' identity or content), work skipped "
+                "after the first calls, or a race").format(
+                    exc.call + 1, timing_trials, calls_before_timing + warmup + exc.call + 1, exc.reason), **result)
         except RewardHack as exc:
             return failure("reward_hack", str(exc), **result)
         except BaseException as exc:
             name, msg = exception_message(exc)
             return failure("out_of_memory" if is_oom(exc) else "runtime", "timing: " + msg, **result)
-        timings["timing"] = time.monotonic() - t0
+        timing_done()
     if failed:
         return failure("correctness", first_failure + " (the problem's own inputs all passed)", **result)
     result["status"] = "ok"

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <kbrl/core/error.hpp>
+#include <kbrl/core/file.hpp>
 #include <kbrl/core/json.hpp>
 #include <kbrl/eval/local_evaluator.hpp>
 #include <kbrl/log/jsonl.hpp>
@@ -235,6 +236,53 @@ TEST_CASE("runtime defenses catch tampering that a static checker might miss") {
   // Reference outputs are computed before the candidate loads: rebinding its globals changes nothing.
   INFO(results[6].error_message);
   CHECK(results[6].correct);
+}
+
+TEST_CASE("timed calls are checked calls: candidates that change their behaviour after the first calls are caught") {
+  // tests/data/timed_calls (its README): each candidate is honest for its first 7 calls, the 3
+  // trials and 4 input families asked for here, then remembers, keeps state or stops working.
+  // With 1 warm-up and 5 timed calls, every timed call is checked, and every one of these is
+  // wrong from the first timed call on.
+  eval::LocalEvaluator ev(config("timed-calls"));
+  const auto dir = std::filesystem::path(KBRL_SOURCE_DIR) / "tests/data/timed_calls";
+  const std::vector<std::string> caught = {"stops_after_k.py", "memo_data_ptr.py", "memo_identity.py",
+                                           "running_state.py", "previous_output.py"};
+  std::vector<core::EvalRequest> requests;
+  for (const auto& name : caught) requests.push_back(request(name, core::read_file(dir / name)));
+  requests.push_back(request("memo_content.py", core::read_file(dir / "memo_content.py")));
+  requests.push_back(request("honest", kCorrectPython));
+  for (const auto& r : requests) {
+    REQUIRE(r.options.correctness_trials == 3);
+    REQUIRE(r.options.input_families);
+    REQUIRE(r.options.warmup_runs == 1);
+    REQUIRE(r.options.timing_trials == 5);
+  }
+  const auto results = ev.evaluate(requests);
+  for (std::size_t i = 0; i < caught.size(); ++i) {
+    const auto& r = results[i];
+    INFO(caught[i] << ": " << core::to_string(r.error_category) << ": " << r.error_message);
+    CHECK(r.error_category == ErrorCategory::correctness);
+    CHECK(r.trials_passed == 3);  // right on every correctness call...
+    CHECK(r.input_families.failed.empty());
+    CHECK_FALSE(r.correct);  // ...and still wrong on the problem's own inputs
+    CHECK_FALSE(r.correct_on_problem_inputs);
+    CHECK_FALSE(r.speedup.has_value());
+    CHECK(r.error_message.find("timed call 1 of 5 (the candidate's call 9") != std::string::npos);
+  }
+  // A remembered output is right when its input comes again: the defence is that none does, so
+  // every timed call pays for its work (20 ms in this candidate; a remembered output, a hash).
+  const auto& memo = results[caught.size()];
+  INFO("memo_content.py: " << memo.error_message);
+  CHECK(memo.correct);
+  REQUIRE(memo.runtime.has_value());
+  CHECK(memo.runtime->min_ms >= 20.0);
+  const auto& honest = results.back();
+  INFO("honest: " << honest.error_message);
+  CHECK(honest.correct);
+  CHECK(honest.speedup.has_value());
+  // The checks' own cost is reported apart from the reference's and the timing's.
+  REQUIRE(honest.stage_seconds.count("timing_checks") == 1);
+  CHECK(honest.stage_seconds.at("timing_checks") > 0.0);
 }
 
 TEST_CASE("workers killed at random still give exactly one result per request") {

@@ -196,7 +196,7 @@ TEST_CASE("the golden greeting and compile replies are read field by field") {
   CHECK(ready.pid == 4242);
   CHECK(ready.platform == "cpu");
   CHECK(ready.torch == "2.11.0+cpu");
-  CHECK(ready.timing == "cuda events on the current stream, device-wide guard");
+  CHECK(ready.timing == "cuda events on the current stream, device-wide guard, new inputs every call");
   CHECK_FALSE(ready.cuda.has_value());
   CHECK_FALSE(ready.hip.has_value());
   CHECK(ready.python == "3.11.2");
@@ -253,7 +253,7 @@ TEST_CASE("the golden compile and run replies give the expected result") {
   expected.device = "cpu";
   expected.stage_seconds = {{"compile", 1.625}, {"start", 0.001953125}, {"setup", 0.0009765625},
                             {"reference", 0.25},  {"load", 0.0625},        {"correctness", 0.125},
-                            {"timing", 0.5},      {"exit", 0.015625}};
+                            {"timing", 0.5},      {"timing_checks", 0.0625}, {"exit", 0.015625}};
   expected.metadata = {{"compile_pch", "used"}, {"timing_outside_stream_runs", "3 of 100, 0.0213 ms each"}};
   INFO("got:      " << core::to_json(r) << "\nexpected: " << core::to_json(expected));
   CHECK(r == expected);
