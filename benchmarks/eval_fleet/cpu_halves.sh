@@ -5,8 +5,12 @@
 # often report one thread per core while their vCPUs are in fact pairs of hyperthreads; there
 # the pairs are measured (cpu_spin.c: a CPU whose work rate drops when another one works shares
 # its core) and the measurements written to <report>.
-#   bash benchmarks/eval_fleet/cpu_halves.sh <report.md>
+# usage: bash benchmarks/eval_fleet/cpu_halves.sh <report.md>
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  exit 0
+fi
 report="${1:?usage: cpu_halves.sh <report.md>}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mapfile -t pairs < <(lscpu -p=CPU,CORE | grep -v '^#' | sort -t, -k2,2n -k1,1n)
