@@ -1,6 +1,11 @@
 // LocalEvaluator on the CPU backend with real workers: verdicts, containment of crashes, hangs,
 // exits and memory blow-ups, runtime defenses, and exactly one result per request.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <kbrl/core/error.hpp>
 #include <kbrl/core/file.hpp>
@@ -374,6 +379,67 @@ TEST_CASE("without a working bubblewrap, evaluation refuses to start unless the 
   const auto r = ev.evaluate({request("unsandboxed", kCorrectPython)})[0];
   CHECK(r.correct);
   CHECK(r.metadata.at("sandbox") == "off");
+}
+
+namespace {
+
+// A TCP listener on the host's loopback; whether anyone connected within `wait_ms`.
+struct Listener {
+  int fd = -1;
+  int port = 0;
+  Listener() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd, 4);
+    socklen_t n = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd); }
+  bool connected(int wait_ms) const {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, wait_ms) == 1;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the sandbox stops a candidate's network connections and writes outside the work directory") {
+  const Listener host;
+  const auto marker = std::filesystem::path(KBRL_TEST_TMP) / "escaped-write";
+  std::filesystem::remove(marker);
+  const auto connect = python_candidate(  // once: the listener accepts nothing
+      "import socket\ncalls = []\n",
+      fmt::format("        if not calls:\n            socket.create_connection(('127.0.0.1', {}), timeout=5).close()\n"
+                  "            calls.append(1)\n        return x.clamp_min(0.0)",
+                  host.port));
+  const auto write = python_candidate(
+      "", fmt::format("        open('{}', 'w').write('out')\n        return x.clamp_min(0.0)", marker.string()));
+  for (const auto mode : {eval::SandboxMode::on, eval::SandboxMode::off}) {
+    auto c = config(mode == eval::SandboxMode::on ? "escapes" : "escapes-unsandboxed");
+    c.sandbox = mode;
+    eval::LocalEvaluator ev(c);
+    const auto results = ev.evaluate({request("connect", connect), request("write", write)});
+    if (mode == eval::SandboxMode::off) {  // the candidates do what they say where nothing stops them
+      CHECK(results[0].correct);
+      CHECK(host.connected(1000));
+      CHECK(std::filesystem::exists(marker));
+      continue;
+    }
+    INFO(results[0].error_message);
+    CHECK(results[0].error_category == ErrorCategory::runtime);
+    // Its own network namespace: a loopback where nothing listens, or none at all.
+    CHECK((results[0].error_message.find("Connection refused") != std::string::npos ||
+           results[0].error_message.find("Network is unreachable") != std::string::npos));
+    CHECK_FALSE(host.connected(200));
+    INFO(results[1].error_message);
+    CHECK(results[1].error_category == ErrorCategory::runtime);
+    CHECK(results[1].error_message.find("Read-only file system") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(marker));
+  }
 }
 
 TEST_CASE("a candidate is held to its open-file and CPU-time limits, and an honest one is not") {
