@@ -1467,6 +1467,56 @@ def kill_group(pid):
         pass
 
 
+def become_subreaper():
+    """Processes that a job's child leaves behind outside its process group (a daemon started
+    with setsid) are re-parented to the worker rather than to init when the child ends, so that
+    collect_leftovers finds them. Linux only; elsewhere nothing changes."""
+    try:
+        import ctypes
+
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def collect_leftovers(group):
+    """After a job's child has ended and its process group was killed: reaps what remains of the
+    group and kills and reaps every other child of the worker, which only a job can have left
+    (become_subreaper). Returns the latter as "pid (command line)" strings. A killed process's
+    own children come to the worker next, so this repeats until none is left."""
+    me = str(os.getpid())
+    left = []
+    for _ in range(20):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open("/proc/{}/stat".format(entry)) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 3 and fields[1] == me:
+                found.append((int(entry), fields[0], int(fields[2])))  # (pid, state, process group)
+        if not found:
+            break
+        for pid, state, pgid in found:
+            if pgid != group and state != "Z":  # a zombie has ended already: only reaped
+                try:
+                    with open("/proc/{}/cmdline".format(pid), "rb") as f:
+                        command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                except OSError:
+                    command = "?"
+                left.append("{} ({})".format(pid, command[:120] or "?"))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid, _, _ in found:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+    return left
+
+
 def run_job(job, torch, h):
     """Runs a checked job (read_job) in a forked child; returns its reply (reply_for)."""
     os.makedirs(job["build_dir"], exist_ok=True)
@@ -1507,6 +1557,13 @@ def run_job(job, torch, h):
             if "out of memory" in tail.lower() or "MemoryError" in tail:
                 category = "out_of_memory"
             result = failure(category, message + ("\n" + tail if tail else ""))
+    left = collect_leftovers(pid)
+    if left:
+        # Nothing honest leaves its process group to outlive its stage: a process left running
+        # could write into builds, load the machine while others are timed, or wait for later jobs.
+        result = failure("reward_hack", "the candidate left {} process(es) running after its {} stage, outside its "
+                         "process group (killed): {}".format(len(left), job["op"], "; ".join(left[:5])),
+                         **{k: v for k, v in result.items() if k == "stage_seconds"})
     return reply_for(job["op"], job["job_id"], result, time.monotonic() - started)
 
 
@@ -1535,6 +1592,7 @@ def main():
         proto.write(json.dumps(obj, allow_nan=False, default=str) + "\n")
         proto.flush()
 
+    become_subreaper()
     t0 = time.monotonic()
     import torch  # noqa: E402  (once per worker, never per job)
 

@@ -15,7 +15,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -439,6 +441,53 @@ TEST_CASE("the sandbox stops a candidate's network connections and writes outsid
     CHECK(results[1].error_category == ErrorCategory::runtime);
     CHECK(results[1].error_message.find("Read-only file system") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(marker));
+  }
+}
+
+namespace {
+
+// Whether a process whose command line is `command` (arguments joined by spaces) is running.
+bool process_running(const std::string& command) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(entry.path() / "cmdline", std::ios::binary);
+    std::string line((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::replace(line.begin(), line.end(), '\0', ' ');
+    if (line.find(command) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("processes a candidate leaves running outside its process group are killed and fail it") {
+  // A new session (out of reach of the process-group kill), and a classic daemon's double fork.
+  const auto session = python_candidate(
+      "import subprocess\ncalls = []\n",
+      "        if not calls:\n            subprocess.Popen(['sleep', '61.25'], start_new_session=True)\n"
+      "            calls.append(1)\n        return x.clamp_min(0.0)");
+  const auto daemon = python_candidate(
+      "import os\ncalls = []\n",
+      "        if not calls:\n            calls.append(1)\n            if os.fork() == 0:\n                os.setsid()\n"
+      "                if os.fork() == 0:\n                    os.execvp('sleep', ['sleep', '62.25'])\n"
+      "                os._exit(0)\n        return x.clamp_min(0.0)");
+  for (const auto mode : {eval::SandboxMode::on, eval::SandboxMode::off}) {
+    auto c = config(mode == eval::SandboxMode::on ? "leftovers" : "leftovers-unsandboxed");
+    c.sandbox = mode;
+    eval::LocalEvaluator ev(c);
+    const auto results =
+        ev.evaluate({request("session", session), request("daemon", daemon), request("honest", kCorrectPython)});
+    for (int i = 0; i < 2; ++i) {
+      INFO(results[i].request_id << ": " << results[i].error_message);
+      CHECK(results[i].error_category == ErrorCategory::reward_hack);
+      CHECK(results[i].error_message.find("left 1 process(es) running after its run stage") != std::string::npos);
+    }
+    CHECK(results[0].error_message.find("sleep 61.25") != std::string::npos);
+    CHECK(results[1].error_message.find("sleep 62.25") != std::string::npos);
+    CHECK(results[2].correct);
+    CHECK_FALSE(process_running("sleep 61.25"));
+    CHECK_FALSE(process_running("sleep 62.25"));
   }
 }
 
