@@ -53,10 +53,6 @@ E enum_from(const json::value& jv, Parse parse) {
   return parse(std::string_view(jv.get_string()));
 }
 
-}  // namespace
-
-namespace {
-
 // Builds the value as Boost.JSON's own parser does, but converts each number's text with
 // std::from_chars (correctly rounded): Boost.JSON before 1.83 parses about one decimal double in
 // ten one unit in the last place away from what its serializer wrote, so a value written and

@@ -52,20 +52,6 @@ void JsonlWriter::flush(bool sync) {
   if (sync) ::fsync(::fileno(file_));
 }
 
-std::vector<boost::json::object> read_jsonl(const fs::path& path) {
-  std::vector<boost::json::object> out;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (in.eof()) break;  // no newline after it: torn by a kill
-    boost::system::error_code ec;
-    auto v = core::parse_json(line, ec);
-    if (!ec && v.is_object()) out.push_back(std::move(v.as_object()));
-  }
-  return out;
-}
-
 namespace {
 
 // The object on one complete line, if it is one.
@@ -77,6 +63,18 @@ std::optional<boost::json::object> parse_line(std::string_view line) {
 }
 
 }  // namespace
+
+std::vector<boost::json::object> read_jsonl(const fs::path& path) {
+  std::vector<boost::json::object> out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline after it: torn by a kill
+    if (auto o = parse_line(line)) out.push_back(std::move(*o));
+  }
+  return out;
+}
 
 std::vector<boost::json::object> read_last_jsonl(const fs::path& path, std::size_t n) {
   std::vector<boost::json::object> out;
