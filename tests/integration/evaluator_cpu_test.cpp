@@ -463,15 +463,19 @@ bool process_running(const std::string& command) {
 
 TEST_CASE("processes a candidate leaves running outside its process group are killed and fail it") {
   // A new session (out of reach of the process-group kill), and a classic daemon's double fork.
+  // Both launchers wait until their process has become `sleep` (Popen does; the daemon's reads a
+  // close-on-exec pipe to its end), so what is left when the stage ends is always the same.
   const auto session = python_candidate(
       "import subprocess\ncalls = []\n",
       "        if not calls:\n            subprocess.Popen(['sleep', '61.25'], start_new_session=True)\n"
       "            calls.append(1)\n        return x.clamp_min(0.0)");
   const auto daemon = python_candidate(
       "import os\ncalls = []\n",
-      "        if not calls:\n            calls.append(1)\n            if os.fork() == 0:\n                os.setsid()\n"
+      "        if not calls:\n            calls.append(1)\n            r, w = os.pipe()\n            pid = os.fork()\n"
+      "            if pid == 0:\n                os.setsid()\n"
       "                if os.fork() == 0:\n                    os.execvp('sleep', ['sleep', '62.25'])\n"
-      "                os._exit(0)\n        return x.clamp_min(0.0)");
+      "                os._exit(0)\n            os.close(w)\n            os.read(r, 1)\n            os.close(r)\n"
+      "            os.waitpid(pid, 0)\n        return x.clamp_min(0.0)");
   for (const auto mode : {eval::SandboxMode::on, eval::SandboxMode::off}) {
     auto c = config(mode == eval::SandboxMode::on ? "leftovers" : "leftovers-unsandboxed");
     c.sandbox = mode;
