@@ -333,6 +333,7 @@ int main(int argc, char** argv) {
   std::snprintf(g_program, sizeof g_program, "%s", argv[0]);
   for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, on_deadly_signal);
   if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(on_sanitizer_death);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines before any failure report
   std::thread(watchdog, timeout_ms).detach();
 
   std::vector<Bytes> seeds;
