@@ -4,7 +4,8 @@
 # outside the repository, then prints one line per target (executions, corpus, coverage, verdict).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all_targets=(answer_parser python_lexer static_check problem_loader safetensors tokenizer run_config worker_protocol)
+all_targets=(answer_parser python_lexer static_check problem_loader safetensors tokenizer run_config worker_protocol
+             evaluation_api)
 
 usage() {
   cat <<EOF
