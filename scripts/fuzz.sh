@@ -5,7 +5,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 all_targets=(answer_parser python_lexer static_check problem_loader safetensors tokenizer run_config worker_protocol
-             evaluation_api)
+             evaluation_api tokenizer_encode)
 
 usage() {
   cat <<EOF
