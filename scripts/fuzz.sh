@@ -84,7 +84,7 @@ for t in "${targets[@]}"; do
   files=$(find "$corpus/$t" -type f | wc -l)
   result=ok
   if [[ $rc != 0 ]]; then
-    result="FAILED (exit $rc): $(grep -m1 -E '^==[0-9]+==ERROR|^SUMMARY|deadly signal|timeout|out-of-memory' "$log" || true); see $log"
+    result="FAILED (exit $rc): $(grep -m1 -E '^==[0-9]+== ?ERROR' "$log" || true); see $log"
     status=1
   fi
   printf '%-16s %12s %8s %8s %10s %s\n' "$t" "${execs:-?}" "${rate:-?}" "$files" "${cov:-?}" "$result"
