@@ -347,6 +347,9 @@ def apply_limits(limits):
             pass
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Python ignores SIGXFSZ (a write past the limit raises an OSError the candidate could catch
+    # and write on); the child and the compilers it starts die of it, and the result says so.
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     if limits["nice"]:
         try:
             os.nice(limits["nice"])  # the compilers it starts inherit it
@@ -1376,10 +1379,26 @@ def child_run(job, torch, h):
     return result
 
 
+# The worker's own channels to the evaluator (the protocol stream's descriptor; stdin is the job
+# stream): a job's child closes them first, so that a candidate can neither read the jobs meant
+# for later children nor write replies in the worker's name. Its result pipe is all it keeps.
+WORKER_CHANNELS = []
+
+
+def close_worker_channels():
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for fd in WORKER_CHANNELS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 def child_main(job, write_fd, torch, h):
     """Runs in the forked child; never returns."""
     code = 0
     try:
+        close_worker_channels()
         os.setpgid(0, 0)
         die_with_parent()
         log_fd = os.open(job["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -1426,7 +1445,7 @@ def describe_exit(status):
         if sig == signal.SIGKILL:
             return "crash", "the process was killed ({}); out of memory or a resource limit".format(name)
         if sig == signal.SIGXFSZ:
-            return "crash", "the process wrote more than the file size limit ({})".format(name)
+            return "crash", "the process wrote more than the file size limit ({}; evaluator setting max_file_size_bytes)".format(name)
         if sig == signal.SIGXCPU:
             return "timeout", "the process used up its CPU-time limit ({}; evaluator setting max_cpu_seconds)".format(name)
         return "crash", "the process died with signal {}".format(name)
@@ -1585,6 +1604,7 @@ def main():
     # The protocol channel is a private copy of stdout; fd 1 then points at stderr, so nothing
     # that torch or a library prints can corrupt the protocol.
     proto = os.fdopen(os.dup(1), "w", buffering=1)
+    WORKER_CHANNELS.append(proto.fileno())
     os.dup2(2, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
