@@ -314,7 +314,10 @@ struct Listener {
 
 TEST_CASE("the sandbox stops a candidate's network connections and writes outside the work directory") {
   const Listener host;
-  const auto marker = std::filesystem::path(KBRL_TEST_TMP) / "escaped-write";
+  // Beside the work directories, not above them: unsandboxed, a candidate may still create files
+  // there (its build isolation covers the work directory and the folders it lies in).
+  const auto marker = std::filesystem::path(KBRL_TEST_TMP) / "escape-target" / "escaped-write";
+  std::filesystem::create_directories(marker.parent_path());
   std::filesystem::remove(marker);
   const auto connect = python_candidate(  // once: the listener accepts nothing
       "import socket\ncalls = []\n",
@@ -363,6 +366,40 @@ bool process_running(const std::string& command) {
 }
 
 }  // namespace
+
+TEST_CASE("a candidate can neither read nor change another candidate's build, nor the work directory's caches") {
+  // The reader waits for the honest candidate's build directory beside its own, then reads its
+  // source; the writer appends to the reference-timing cache and writes into that build.
+  const std::string find_other =
+      "import glob, os, time\n"
+      "def other_build():\n"
+      "    for _ in range(200):\n"
+      "        found = [d for d in glob.glob(os.path.join(os.path.dirname(os.getcwd()), '*'))\n"
+      "                 if d != os.getcwd() and os.path.exists(os.path.join(d, 'candidate.py'))]\n"
+      "        if found:\n"
+      "            return found[0]\n"
+      "        time.sleep(0.05)\n"
+      "    raise RuntimeError('no other build')\n";
+  const auto reader = python_candidate(
+      find_other, "        open(os.path.join(other_build(), 'candidate.py')).read()\n        return x.clamp_min(0.0)");
+  const auto cache_writer = python_candidate(
+      find_other, "        open(os.path.join(os.getcwd(), '..', '..', 'baselines.jsonl'), 'a').write('{}\\n')\n"
+                  "        return x.clamp_min(0.0)");
+  const auto build_writer = python_candidate(
+      find_other, "        open(os.path.join(other_build(), 'compile.json'), 'w').write('{}')\n        return x.clamp_min(0.0)");
+  eval::LocalEvaluator ev(config("isolation"));
+  const auto results = ev.evaluate({request("honest", kCorrectPython), request("reader", reader),
+                                    request("cache-writer", cache_writer), request("build-writer", build_writer)});
+  INFO(results[0].error_message);
+  CHECK(results[0].correct);
+  CHECK(results[0].metadata.at("build_isolation").starts_with("landlock ABI "));
+  for (int i = 1; i < 4; ++i) {
+    INFO(results[i].request_id << ": " << results[i].error_message);
+    CHECK(results[i].error_category == ErrorCategory::runtime);
+    CHECK(results[i].error_message.find("PermissionError: [Errno 13] Permission denied") != std::string::npos);
+  }
+  CHECK(core::read_file(ev.config().work_dir / "baselines.jsonl").find("{}") == std::string::npos);
+}
 
 TEST_CASE("processes a candidate leaves running outside its process group are killed and fail it") {
   // A new session (out of reach of the process-group kill), and a classic daemon's double fork.

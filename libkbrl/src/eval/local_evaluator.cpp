@@ -122,6 +122,7 @@ struct Lane {
   std::atomic<pid_t> starting_pid{-1};  // of a worker still importing torch (the destructor stops it)
   std::string torch_version;
   std::string timing_method;  // how the worker times runs: part of the reference-timing cache key
+  std::string isolation;      // how the worker keeps a job's child to its build directory
   std::string device_name;  // reported by the first run on this lane
   std::thread thread;
   bool warm_tried = false;              // start_workers(): this lane tried to start its worker
@@ -413,6 +414,7 @@ struct LocalEvaluator::Impl {
       const WorkerReady ready = read_ready(*line);
       lane.torch_version = ready.torch;
       lane.timing_method = ready.timing;
+      lane.isolation = ready.isolation;
       lane.pid = lane.proc->pid();
       lane.started_once = true;
     } catch (const std::exception& e) {
@@ -762,6 +764,7 @@ struct LocalEvaluator::Impl {
   void run_stage(Lane& lane, const JobPtr& job) {
     std::string why;
     if (!ensure_worker(lane, why)) return fail(job, ErrorCategory::internal, why);
+    job->result.metadata["build_isolation"] = lane.isolation;
     const auto& opt = job->req.options;
     std::optional<core::TimingStats> cached_baseline;
     std::string bkey;
