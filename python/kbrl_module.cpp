@@ -447,6 +447,7 @@ class PyLocalEvaluator : public PyEvaluator {
     d["finished"] = s.finished;
     d["compiles"] = s.compiles;
     d["compile_cache_hits"] = s.compile_cache_hits;
+    d["builds_discarded"] = s.builds_discarded;
     d["baseline_cache_hits"] = s.baseline_cache_hits;
     d["workers_started"] = s.workers_started;
     d["workers_lost"] = s.workers_lost;

@@ -38,7 +38,7 @@ except ImportError:
 
 # The wire version (kWorkerProtocolVersion on the C++ side): in the greeting, every job and every
 # reply; a job of another version is refused.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 # How CUDA runs are timed (Runner.time_model); the evaluator keys cached reference timings by it.
 TIMING_METHOD = "cuda events on the current stream, device-wide guard, new inputs every call"
 # A run is charged for work outside the current stream only beyond this much (ms) more than an
@@ -347,6 +347,9 @@ def apply_limits(limits):
             pass
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Python ignores SIGXFSZ (a write past the limit raises an OSError the candidate could catch
+    # and write on); the child and the compilers it starts die of it, and the result says so.
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     if limits["nice"]:
         try:
             os.nice(limits["nice"])  # the compilers it starts inherit it
@@ -1376,10 +1379,129 @@ def child_run(job, torch, h):
     return result
 
 
+# --------------------------------------------------------------------------------------------
+# Build isolation: a job's child may use its own build directory and nothing else of the work
+# directory (not another candidate's source, library or compile record, not the reference-timing
+# cache, not the problem files except for reading). Landlock (Linux 5.13+, no privileges) allows
+# access by hierarchy only, so the child is given everything outside the work directory, entry
+# by entry along the path down to it, and inside it only what its job needs. Directories can
+# still be listed everywhere; files in the rest of the work directory cannot be opened,
+# executed, written, created, removed, truncated or linked.
+
+LANDLOCK_FILE = (1 << 0) | (1 << 1) | (1 << 2)  # execute, write, read (files)
+LANDLOCK_READ = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read files, read directories
+LANDLOCK_ABI1 = (1 << 13) - 1                   # every file-system right of ABI 1
+LANDLOCK_REFER = 1 << 13                        # ABI 2: link or rename across directories
+LANDLOCK_TRUNCATE = 1 << 14                     # ABI 3
+
+
+def landlock_abi():
+    """The kernel's Landlock ABI version, or a string saying why there is none."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset, VERSION
+        if abi < 0:
+            return "unavailable: landlock: {}".format(os.strerror(ctypes.get_errno()))
+        return abi
+    except (OSError, AttributeError) as exc:
+        return "unavailable: {}".format(exc)
+
+
+def isolation_description():
+    abi = landlock_abi()
+    return "landlock ABI {}".format(abi) if isinstance(abi, int) else abi
+
+
+def isolate_build(build_dir, read_write=(), read_only=()):
+    """Restricts this process (a job's child; single-threaded, just forked) and all it starts:
+    in the work directory (the parent of the build directories' folder), only `build_dir` and
+    `read_write` may be written and only those and `read_only` read. Does nothing where the
+    kernel has no Landlock (the greeting's `isolation` says so)."""
+    abi = landlock_abi()
+    if not isinstance(abi, int):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    handled = LANDLOCK_ABI1 | (LANDLOCK_REFER if abi >= 2 else 0) | (LANDLOCK_TRUNCATE if abi >= 3 else 0)
+    file_rights = LANDLOCK_FILE | (LANDLOCK_TRUNCATE if abi >= 3 else 0)
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    attr = RulesetAttr(handled)
+    ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset: " + os.strerror(ctypes.get_errno()))
+
+    def allow(path, rights):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:  # gone, or a dangling link: nothing to allow
+            return
+        try:
+            if not os.path.isdir(path):
+                rights &= file_rights
+            rule = PathBeneath(rights & handled, fd)
+            if libc.syscall(445, ruleset, ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                raise OSError(ctypes.get_errno(), "landlock_add_rule {}: {}".format(path, os.strerror(ctypes.get_errno())))
+        finally:
+            os.close(fd)
+
+    try:
+        build_dir = os.path.realpath(build_dir)
+        work_dir = os.path.dirname(build_dir)
+        if os.path.basename(work_dir) == "builds":
+            work_dir = os.path.dirname(work_dir)
+        allow("/", 1 << 3)  # listing directories, everywhere
+        # Everything beside the path from / down to the work directory.
+        path = work_dir
+        while path != "/":
+            parent = os.path.dirname(path)
+            for name in os.listdir(parent):
+                sibling = os.path.join(parent, name)
+                if sibling != path:
+                    allow(sibling, handled)
+            path = parent
+        for p in (build_dir,) + tuple(read_write):
+            allow(p, handled)
+        for p in read_only:
+            allow(p, LANDLOCK_READ)
+        PR_SET_NO_NEW_PRIVS = 38
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS: " + os.strerror(ctypes.get_errno()))
+        if libc.syscall(446, ruleset, ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(ruleset)
+
+
+# The worker's own channels to the evaluator (the protocol stream's descriptor; stdin is the job
+# stream): a job's child closes them first, so that a candidate can neither read the jobs meant
+# for later children nor write replies in the worker's name. Its result pipe is all it keeps.
+WORKER_CHANNELS = []
+
+
+def close_worker_channels():
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for fd in WORKER_CHANNELS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 def child_main(job, write_fd, torch, h):
     """Runs in the forked child; never returns."""
     code = 0
     try:
+        close_worker_channels()
         os.setpgid(0, 0)
         die_with_parent()
         log_fd = os.open(job["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -1389,8 +1511,15 @@ def child_main(job, write_fd, torch, h):
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         os.environ["TORCH_EXTENSIONS_DIR"] = job["build_dir"]
+        # Triton's kernel cache too: one candidate's compiled kernels are never another's, and
+        # nothing is created in the home folder (read-only in the sandbox).
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(job["build_dir"], "triton_cache")
         os.chdir(job["build_dir"])
         apply_limits(job["limits"])
+        if job["op"] == "compile":  # the compile cache: precompiled headers are built there
+            isolate_build(job["build_dir"], read_write=[job["fast_build"]["dir"]] if job["fast_build"]["dir"] else [])
+        else:
+            isolate_build(job["build_dir"], read_only=[job["problem_path"]])
         if job["op"] == "compile":
             result = child_compile(job, torch)
         elif os.environ.get("KBRL_WORKER_PROFILE"):  # a folder: one cProfile file per run job
@@ -1426,7 +1555,7 @@ def describe_exit(status):
         if sig == signal.SIGKILL:
             return "crash", "the process was killed ({}); out of memory or a resource limit".format(name)
         if sig == signal.SIGXFSZ:
-            return "crash", "the process wrote more than the file size limit ({})".format(name)
+            return "crash", "the process wrote more than the file size limit ({}; evaluator setting max_file_size_bytes)".format(name)
         if sig == signal.SIGXCPU:
             return "timeout", "the process used up its CPU-time limit ({}; evaluator setting max_cpu_seconds)".format(name)
         return "crash", "the process died with signal {}".format(name)
@@ -1585,6 +1714,7 @@ def main():
     # The protocol channel is a private copy of stdout; fd 1 then points at stderr, so nothing
     # that torch or a library prints can corrupt the protocol.
     proto = os.fdopen(os.dup(1), "w", buffering=1)
+    WORKER_CHANNELS.append(proto.fileno())
     os.dup2(2, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
@@ -1615,6 +1745,7 @@ def main():
         "hip": getattr(torch.version, "hip", None),
         "python": sys.version.split()[0],
         "import_s": time.monotonic() - t0,
+        "isolation": isolation_description(),
     })
     for line in sys.stdin:
         line = line.strip()

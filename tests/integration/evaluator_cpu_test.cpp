@@ -31,108 +31,11 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "cpu_evaluator_fixtures.hpp"
 
 using namespace kbrl;
+using namespace kbrl::testing;
 using core::ErrorCategory;
-
-namespace {
-
-const char* kReluProblem = R"(import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-rows = 64
-cols = 512
-
-def get_inputs():
-    return [torch.randn(rows, cols)]
-
-def get_init_inputs():
-    return []
-)";
-
-// A correct C++ kernel for the CPU backend (built by load_inline).
-const char* kReluCpp = R"(import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-source = """
-#include <torch/extension.h>
-torch::Tensor relu_forward(torch::Tensor x) {
-  auto xc = x.contiguous();
-  auto y = torch::empty_like(xc);
-  const float* in = xc.data_ptr<float>();
-  float* out = y.data_ptr<float>();
-  for (int64_t i = 0; i < xc.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
-  return y;
-}
-"""
-ext = load_inline(name="relu_cpu", cpp_sources=source, functions=["relu_forward"],
-                  extra_cflags=["-O2"], verbose=False)
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return ext.relu_forward(x)
-)";
-
-// Pure-Python candidates: they need no build, so runtime behaviour is tested quickly.
-std::string python_candidate(const std::string& prelude, const std::string& forward_body) {
-  return "import torch\nimport torch.nn as nn\n" + prelude +
-         "\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
-         "    def forward(self, x):\n" +
-         forward_body + "\n";
-}
-
-core::Problem relu_problem() {
-  core::Problem p;
-  p.id = "test/1_ReLU";
-  p.name = "ReLU";
-  p.source = kReluProblem;
-  p.content_hash = "relu-test";
-  return p;
-}
-
-core::EvalRequest request(const std::string& id, const std::string& candidate) {
-  core::EvalRequest r;
-  r.request_id = id;
-  r.problem = relu_problem();
-  r.candidate_source = candidate;
-  r.language = core::KernelLanguage::cpp;
-  r.options.timing_trials = 5;
-  r.options.warmup_runs = 1;
-  r.options.correctness_trials = 3;
-  r.options.run_timeout_s = 60;
-  r.options.compile_timeout_s = 300;
-  return r;
-}
-
-eval::LocalEvaluatorConfig config(const std::string& name) {
-  eval::LocalEvaluatorConfig c;
-  c.platform = core::DevicePlatform::cpu;
-  c.work_dir = std::filesystem::path(KBRL_TEST_TMP) / ("eval-" + name);
-  std::filesystem::remove_all(c.work_dir);
-  c.compile_workers = 2;
-  // One precompiled header for all these tests (each would otherwise build its own, cold).
-  c.compile_cache_dir = std::filesystem::path(KBRL_TEST_TMP) / "compile_cache";
-  c.limits.address_space_bytes = 8ull << 30;
-  // Most candidates here are plain Python, which the static checker rejects before they run;
-  // these tests are about what happens at run time. The checker's own test is below.
-  c.static_checks = false;
-  return c;
-}
-
-const std::string kCorrectPython = python_candidate("", "        return x.clamp_min(0.0)");
-
-}  // namespace
 
 TEST_CASE("a compiled C++ kernel is correct and timed and a second evaluation reuses the build") {
   eval::LocalEvaluator ev(config("compiled"));
@@ -411,7 +314,10 @@ struct Listener {
 
 TEST_CASE("the sandbox stops a candidate's network connections and writes outside the work directory") {
   const Listener host;
-  const auto marker = std::filesystem::path(KBRL_TEST_TMP) / "escaped-write";
+  // Beside the work directories, not above them: unsandboxed, a candidate may still create files
+  // there (its build isolation covers the work directory and the folders it lies in).
+  const auto marker = std::filesystem::path(KBRL_TEST_TMP) / "escape-target" / "escaped-write";
+  std::filesystem::create_directories(marker.parent_path());
   std::filesystem::remove(marker);
   const auto connect = python_candidate(  // once: the listener accepts nothing
       "import socket\ncalls = []\n",
@@ -460,6 +366,40 @@ bool process_running(const std::string& command) {
 }
 
 }  // namespace
+
+TEST_CASE("a candidate can neither read nor change another candidate's build, nor the work directory's caches") {
+  // The reader waits for the honest candidate's build directory beside its own, then reads its
+  // source; the writer appends to the reference-timing cache and writes into that build.
+  const std::string find_other =
+      "import glob, os, time\n"
+      "def other_build():\n"
+      "    for _ in range(200):\n"
+      "        found = [d for d in glob.glob(os.path.join(os.path.dirname(os.getcwd()), '*'))\n"
+      "                 if d != os.getcwd() and os.path.exists(os.path.join(d, 'candidate.py'))]\n"
+      "        if found:\n"
+      "            return found[0]\n"
+      "        time.sleep(0.05)\n"
+      "    raise RuntimeError('no other build')\n";
+  const auto reader = python_candidate(
+      find_other, "        open(os.path.join(other_build(), 'candidate.py')).read()\n        return x.clamp_min(0.0)");
+  const auto cache_writer = python_candidate(
+      find_other, "        open(os.path.join(os.getcwd(), '..', '..', 'baselines.jsonl'), 'a').write('{}\\n')\n"
+                  "        return x.clamp_min(0.0)");
+  const auto build_writer = python_candidate(
+      find_other, "        open(os.path.join(other_build(), 'compile.json'), 'w').write('{}')\n        return x.clamp_min(0.0)");
+  eval::LocalEvaluator ev(config("isolation"));
+  const auto results = ev.evaluate({request("honest", kCorrectPython), request("reader", reader),
+                                    request("cache-writer", cache_writer), request("build-writer", build_writer)});
+  INFO(results[0].error_message);
+  CHECK(results[0].correct);
+  CHECK(results[0].metadata.at("build_isolation").starts_with("landlock ABI "));
+  for (int i = 1; i < 4; ++i) {
+    INFO(results[i].request_id << ": " << results[i].error_message);
+    CHECK(results[i].error_category == ErrorCategory::runtime);
+    CHECK(results[i].error_message.find("PermissionError: [Errno 13] Permission denied") != std::string::npos);
+  }
+  CHECK(core::read_file(ev.config().work_dir / "baselines.jsonl").find("{}") == std::string::npos);
+}
 
 TEST_CASE("processes a candidate leaves running outside its process group are killed and fail it") {
   // A new session (out of reach of the process-group kill), and a classic daemon's double fork.

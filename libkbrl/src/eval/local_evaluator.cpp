@@ -122,6 +122,7 @@ struct Lane {
   std::atomic<pid_t> starting_pid{-1};  // of a worker still importing torch (the destructor stops it)
   std::string torch_version;
   std::string timing_method;  // how the worker times runs: part of the reference-timing cache key
+  std::string isolation;      // how the worker keeps a job's child to its build directory
   std::string device_name;  // reported by the first run on this lane
   std::thread thread;
   bool warm_tried = false;              // start_workers(): this lane tried to start its worker
@@ -135,26 +136,23 @@ struct CallResult {
   std::string detail;
 };
 
-std::string random_hex(std::size_t bytes) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string out;
-  for (std::size_t i = 0; i < bytes; ++i) out += fmt::format("{:02x}", static_cast<unsigned>(rng() & 0xff));
-  return out;
-}
-
 std::uint64_t random_seed() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng() % (1ull << 62);
 }
 
-void write_file_atomically(const fs::path& path, std::string_view data) {
-  const fs::path tmp = path.string() + ".tmp-" + random_hex(6);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out) throw core::Error(fmt::format("cannot write {}", tmp.string()));
+// Creates `dir` and its `subdirs`, and writes a file there; throws core::Error naming the directory
+// as `what` and why it cannot be written.
+void make_writable_dir(const fs::path& dir, const char* what, std::initializer_list<const char*> subdirs) {
+  try {
+    fs::create_directories(dir);
+    for (const char* sub : subdirs) fs::create_directories(dir / sub);
+    const auto probe = dir / ".write-probe";
+    core::write_file_atomically(probe, "");
+    fs::remove(probe);
+  } catch (const std::exception& e) {
+    throw core::Error(fmt::format("evaluator: the {} {} cannot be written: {}", what, dir.string(), e.what()));
   }
-  fs::rename(tmp, path);
 }
 
 // Whether argv runs and exits 0 within a few seconds; its standard error goes to stderr_path.
@@ -238,11 +236,10 @@ struct LocalEvaluator::Impl {
       config.compile_workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (config.cpu_run_lanes <= 0) throw core::InvalidArgument("evaluator: cpu_run_lanes must be at least 1");
     if (config.platform != core::DevicePlatform::cpu && config.devices.empty()) config.devices = {0};
-    fs::create_directories(config.work_dir / "builds");
-    fs::create_directories(config.work_dir / "problems");
-    fs::create_directories(config.work_dir / "logs");
     if (config.compile_cache_dir.empty()) config.compile_cache_dir = config.work_dir / "compile_cache";
-    fs::create_directories(config.compile_cache_dir);
+    // Directories that cannot be written are refused now, not found out as a failure of every candidate.
+    make_writable_dir(config.work_dir, "work directory", {"builds", "problems", "logs"});
+    make_writable_dir(config.compile_cache_dir, "compile cache directory", {});
     config.compile_cache_dir = fs::canonical(config.compile_cache_dir);
     config.work_dir = fs::canonical(config.work_dir);
     if (config.platform == core::DevicePlatform::cuda && config.cuda_arch.empty()) config.cuda_arch = detect_cuda_arch();
@@ -298,15 +295,25 @@ struct LocalEvaluator::Impl {
       sandbox_prefix.insert(sandbox_prefix.end(), {"--bind", config.compile_cache_dir.string(), config.compile_cache_dir.string()});
   }
 
+  // A timing a run could have measured: positive, finite and ordered.
+  static bool plausible(const core::TimingStats& t) {
+    const auto finite = [](double v) { return std::isfinite(v); };
+    return t.trials > 0 && finite(t.mean_ms) && finite(t.median_ms) && finite(t.std_ms) && finite(t.min_ms) &&
+           finite(t.max_ms) && t.mean_ms > 0 && t.min_ms >= 0 && t.min_ms <= t.median_ms && t.median_ms <= t.max_ms &&
+           t.min_ms <= t.mean_ms && t.mean_ms <= t.max_ms && t.std_ms >= 0 && t.std_ms <= t.mean_ms;
+  }
+
   // A torn last line (a kill mid-write) is skipped by read_jsonl and cut by the writer; a line
-  // without a key or a timing is skipped too: that baseline is simply measured again.
+  // without a key or with a timing that no run could have measured (a corrupted cache) is
+  // skipped too: that baseline is simply measured again.
   void load_baselines() {
     for (const auto& line : log::read_jsonl(config.work_dir / "baselines.jsonl")) {
       const json::value* key = line.if_contains("key");
       const json::value* timing = line.if_contains("ref_runtime");
       if (key == nullptr || !key->is_string() || timing == nullptr) continue;
       try {
-        baselines[std::string(key->get_string())] = json::value_to<core::TimingStats>(*timing);
+        const auto timing_stats = json::value_to<core::TimingStats>(*timing);
+        if (plausible(timing_stats)) baselines[std::string(key->get_string())] = timing_stats;
       } catch (const std::exception&) {
       }
     }
@@ -407,6 +414,7 @@ struct LocalEvaluator::Impl {
       const WorkerReady ready = read_ready(*line);
       lane.torch_version = ready.torch;
       lane.timing_method = ready.timing;
+      lane.isolation = ready.isolation;
       lane.pid = lane.proc->pid();
       lane.started_once = true;
     } catch (const std::exception& e) {
@@ -548,7 +556,8 @@ struct LocalEvaluator::Impl {
     const fs::path record = job->build_dir / "compile.json";
     {
       std::unique_lock lock(mu);
-      if (auto cached = read_compile_record(record)) {
+      bool intact = true;
+      if (auto cached = read_compile_record(record, job->build_dir, intact)) {
         ++stats.compile_cache_hits;
         const bool failed = route_after_compile_locked(job, *cached);
         lock.unlock();
@@ -562,9 +571,20 @@ struct LocalEvaluator::Impl {
         return;
       }
       ++stats.compiles;
+      if (!intact) {
+        // A corrupted record, or libraries changed since they were built (a disk fault, a copy
+        // cut short): ninja would find them up to date and load them as they are.
+        ++stats.builds_discarded;
+        std::error_code ec;
+        fs::remove_all(job->build_dir, ec);
+      }
     }
-    fs::create_directories(job->build_dir);
-    write_file_atomically(job->build_dir / "candidate.py", job->req.candidate_source);
+    try {
+      fs::create_directories(job->build_dir);
+      core::write_file_atomically(job->build_dir / "candidate.py", job->req.candidate_source);
+    } catch (const std::exception& e) {  // a full disk, a read-only work dir: nothing to build from
+      return abandon_build(job, fmt::format("evaluator: {}", e.what()));
+    }
     CompileJob request = compile_job_for(job->req);
     request.job_id = job->job_id;
     request.candidate_path = job->build_dir / "candidate.py";
@@ -624,7 +644,12 @@ struct LocalEvaluator::Impl {
       reply.error_category = ErrorCategory::internal;
       reply.error_message = c.detail;
     }
-    if (cacheable) write_file_atomically(record, write_compile_reply(reply));
+    if (cacheable) {
+      try {
+        core::write_file_atomically(record, write_compile_record(reply, job->build_dir));
+      } catch (const std::exception&) {  // the outcome stands; it is only not kept for next time
+      }
+    }
     std::vector<JobPtr> failed;
     {
       std::lock_guard lock(mu);
@@ -638,18 +663,61 @@ struct LocalEvaluator::Impl {
     for (auto& w : failed) finish(w);
   }
 
-  // The outcome a build directory keeps; none when there is no record yet, or one this version
-  // cannot read (it is then built again, and the record replaced).
-  static std::optional<CompileReply> read_compile_record(const fs::path& record) {
-    try {
-      const auto text = core::read_file_if_exists(record);
-      if (!text) return std::nullopt;
-      return read_compile_reply(*text, "");
-    } catch (const WorkerProtocolError&) {
-      return std::nullopt;
-    } catch (const core::ConfigError&) {  // unreadable: built again
-      return std::nullopt;
+  // The extension libraries a build left (every .so under its directory), with their sizes and
+  // digests, in path order.
+  static json::array library_digests(const fs::path& build_dir) {
+    std::vector<fs::path> paths;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(build_dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".so" && it->is_regular_file(ec)) paths.push_back(it->path());
+    std::sort(paths.begin(), paths.end());
+    json::array out;
+    for (const auto& path : paths) {
+      const std::string bytes = core::read_file(path);
+      out.push_back(json::object{{"path", fs::relative(path, build_dir).generic_string()},
+                                 {"bytes", bytes.size()},
+                                 {"sha256", core::sha256_hex(bytes)}});
     }
+    return out;
+  }
+
+  // compile.json: the compile reply, and the libraries the build left (library_digests).
+  static std::string write_compile_record(const CompileReply& reply, const fs::path& build_dir) {
+    return json::serialize(json::object{{"reply", to_json(reply)}, {"libraries", library_digests(build_dir)}});
+  }
+
+  // The outcome a build directory keeps; none when there is no record yet. A record that cannot
+  // be used (not one this version reads, or naming libraries that are no longer those it names:
+  // missing, cut short, changed) is none either, and `intact` is then false: the directory must
+  // be cleared, since ninja would find whatever libraries are there up to date.
+  static std::optional<CompileReply> read_compile_record(const fs::path& record, const fs::path& build_dir,
+                                                         bool& intact) {
+    std::optional<std::string> text;
+    try {
+      text = core::read_file_if_exists(record);
+      if (!text) return std::nullopt;
+      const auto doc = core::parse_json(*text);
+      const json::object* o = doc.if_object();
+      const json::value* reply = o != nullptr ? o->if_contains("reply") : nullptr;
+      const json::value* libraries = o != nullptr ? o->if_contains("libraries") : nullptr;
+      if (reply != nullptr && reply->is_object() && libraries != nullptr &&
+          json::value(library_digests(build_dir)) == *libraries)
+        return read_compile_reply(reply->get_object(), "");
+    } catch (const std::exception&) {  // not JSON, not a reply, a library gone mid-read
+    }
+    intact = false;
+    return std::nullopt;
+  }
+
+  // The build of `job` could not start: it fails, and so does every job that waited on it.
+  void abandon_build(const JobPtr& job, const std::string& message) {
+    std::vector<JobPtr> waiters;
+    {
+      std::lock_guard lock(mu);
+      waiters = take_waiters_locked(job->build_key);
+    }
+    for (auto& w : waiters) fail(w, ErrorCategory::internal, message);
+    fail(job, ErrorCategory::internal, message);
   }
 
   // Called with `mu` held: the jobs that waited on the build of `key`; the build is no longer in flight.
@@ -696,6 +764,7 @@ struct LocalEvaluator::Impl {
   void run_stage(Lane& lane, const JobPtr& job) {
     std::string why;
     if (!ensure_worker(lane, why)) return fail(job, ErrorCategory::internal, why);
+    job->result.metadata["build_isolation"] = lane.isolation;
     const auto& opt = job->req.options;
     std::optional<core::TimingStats> cached_baseline;
     std::string bkey;
@@ -757,7 +826,7 @@ struct LocalEvaluator::Impl {
     if (cached_baseline) r.ref_runtime = cached_baseline;
     if (lane.device_name.empty() && !r.device.empty()) lane.device_name = r.device;
     // A reference timing noisier than its own mean (a busy machine) is used once, not cached.
-    if (!cached_baseline && r.ref_runtime && config.baseline_cache && r.ref_runtime->std_ms <= r.ref_runtime->mean_ms) {
+    if (!cached_baseline && r.ref_runtime && config.baseline_cache && plausible(*r.ref_runtime)) {
       bkey = baseline_key(lane, *job);
       std::lock_guard lock(mu);
       if (baselines.emplace(bkey, *r.ref_runtime).second)
@@ -853,7 +922,14 @@ std::future<EvalResult> LocalEvaluator::submit(core::EvalRequest request) {
   }
   const std::string problem_file = core::sha256_hex(job->req.problem.source).substr(0, 32) + ".py";
   job->problem_path = impl_->config.work_dir / "problems" / problem_file;
-  if (!fs::exists(job->problem_path)) write_file_atomically(job->problem_path, job->req.problem.source);
+  if (!fs::exists(job->problem_path)) {
+    try {
+      core::write_file_atomically(job->problem_path, job->req.problem.source);
+    } catch (const core::Error& e) {
+      impl_->fail(job, ErrorCategory::internal, fmt::format("evaluator: {}", e.what()));
+      return future;
+    }
+  }
   {
     std::lock_guard lock(impl_->mu);
     if (impl_->stopping) {

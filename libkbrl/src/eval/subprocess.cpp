@@ -64,6 +64,12 @@ Subprocess::Subprocess(const Options& options) {
                                      O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (!options.working_dir.empty())
     posix_spawn_file_actions_addchdir_np(&actions, options.working_dir.c_str());
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 34)
+  // Only stdin, stdout and stderr go to the child: descriptors that the host program opened
+  // without close-on-exec (a trainer's sockets, its log files) never reach a worker, nor the
+  // candidates it runs.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
 
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);

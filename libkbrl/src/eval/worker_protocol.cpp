@@ -269,6 +269,7 @@ WorkerReady read_ready(std::string_view line) {
     r.hip = f.str_or_null("hip");
     r.python = f.str("python");
     r.import_s = f.number("import_s");
+    r.isolation = f.str("isolation");
     f.finish();
     return r;
   });

@@ -160,13 +160,9 @@ std::size_t filter_jsonl(const fs::path& path, const std::function<bool(const bo
   }
   in.close();
   if (kept.size() == objects) return 0;
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    for (const auto& l : kept) out << l << '\n';
-    if (!out) throw core::Error(fmt::format("cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, path);
+  std::string text;
+  for (const auto& l : kept) text += l + '\n';
+  core::write_file_atomically(path, text);
   return objects - kept.size();
 }
 

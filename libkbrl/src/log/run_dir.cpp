@@ -88,13 +88,7 @@ RunLock::~RunLock() {
 void RunLock::write_state(const std::string& state) {
   boost::json::object o{{"state", state},     {"pid", ::getpid()},     {"host", host_name()},
                         {"started", started_}, {"updated", utc_now()}};
-  const fs::path tmp = dir_ / "run.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << boost::json::serialize(o) << "\n";
-    if (!out) throw core::Error(fmt::format("cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, dir_ / "run.json");
+  core::write_file_atomically(dir_ / "run.json", boost::json::serialize(o) + "\n");
 }
 
 RunStatus read_run_status(const fs::path& dir) {

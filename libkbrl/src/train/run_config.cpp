@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/file.hpp"
 #include "kbrl/prompt/chat_renderer.hpp"
 
 namespace kbrl::train {
@@ -610,13 +611,7 @@ std::string to_yaml(const RunConfig& config) {
 }
 
 void write_resolved(const RunConfig& config, const fs::path& path) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << to_yaml(config);
-    if (!out) throw core::Error(fmt::format("cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, path);
+  core::write_file_atomically(path, to_yaml(config));
 }
 
 std::string config_reference_markdown() {

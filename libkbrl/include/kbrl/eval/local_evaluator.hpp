@@ -94,6 +94,7 @@ class LocalEvaluator : public Evaluator {
     int finished = 0;
     int compiles = 0;             // builds actually run (not served from the build cache)
     int compile_cache_hits = 0;
+    int builds_discarded = 0;     // cached builds whose libraries no longer matched their record
     int baseline_cache_hits = 0;
     int workers_started = 0;
     int workers_lost = 0;         // workers that died or were killed under a job

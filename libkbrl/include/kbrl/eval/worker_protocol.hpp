@@ -21,7 +21,7 @@ namespace kbrl::eval {
 // The wire version. The worker's greeting, every job and every reply carry it, and each side
 // refuses another. Bumped with any change of a field, and whenever the worker's behaviour
 // changes what a build or a result means: it is part of the build and reference-timing cache keys.
-inline constexpr int kWorkerProtocolVersion = 4;
+inline constexpr int kWorkerProtocolVersion = 5;
 
 // Limits the worker applies to a job's child (setrlimit, nice). 0 means no limit (no change of
 // niceness).
@@ -116,6 +116,7 @@ struct WorkerReady {
   std::optional<std::string> hip;      // torch.version.hip
   std::string python;
   double import_s = 0;
+  std::string isolation;               // how a job's child is kept to its build directory ("landlock ABI 7", "unavailable: ...")
 };
 
 struct CompileReply {
