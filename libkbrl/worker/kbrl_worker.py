@@ -1411,7 +1411,11 @@ def landlock_abi():
 
 def isolation_description():
     abi = landlock_abi()
-    return "landlock ABI {}".format(abi) if isinstance(abi, int) else abi
+    files = "landlock ABI {}".format(abi) if isinstance(abi, int) else abi
+    import platform
+
+    signals = "seccomp" if platform.machine() in SECCOMP_SYSCALLS else "no seccomp table for " + platform.machine()
+    return "{}; {}".format(files, signals)
 
 
 def isolate_build(build_dir, read_write=(), read_only=()):
@@ -1482,6 +1486,81 @@ def isolate_build(build_dir, read_write=(), read_only=()):
         os.close(ruleset)
 
 
+# Signals and tracing: a job's child may signal itself, its own process group and the processes
+# it started (pids from its own upward), never its worker, the evaluator or older processes (a
+# candidate that kills its worker would turn its failure into an evaluator error, retried and
+# then not counted against it); and it may not trace or read or write another process's memory.
+# A seccomp filter on the syscalls that take a target pid, where the architecture is known.
+
+SECCOMP_SYSCALLS = {
+    # arch: (AUDIT_ARCH, {name: number})
+    "x86_64": (0xC000003E, {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+                            "pidfd_open": 434, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311}),
+    "aarch64": (0xC00000B7, {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
+                             "pidfd_open": 434, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
+}
+
+
+def seccomp_filter(arch, audit_arch, numbers, self_pid):
+    """The BPF program (a list of (code, jt, jf, k)) for this process: see above."""
+    LD, JEQ, JGE, JGT, RET = 0x20, 0x15, 0x35, 0x25, 0x06
+    ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+    targeted = [numbers[n] for n in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")]
+    forbidden = [numbers[n] for n in ("ptrace", "process_vm_readv", "process_vm_writev")]
+    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, DENY), (LD, 0, 0, 0)]
+    if arch == "x86_64":  # the x32 ABI's numbers have bit 30 set: none of those for a candidate
+        prog.append((JGE, 0, 1, 0x40000000))
+        prog.append((RET, 0, 0, DENY))
+    # Jump offsets count the instructions after this one: the checks below come in a fixed order.
+    for nr in forbidden:
+        prog.append((JEQ, 0, 1, nr))
+        prog.append((RET, 0, 0, DENY))
+    for i, nr in enumerate(targeted):
+        prog.append((JEQ, len(targeted) - i, 0, nr))  # to the target check after the final ALLOW
+    prog.append((RET, 0, 0, ALLOW))
+    negative_self = (-self_pid) & 0xFFFFFFFF
+    prog += [
+        (LD, 0, 0, 16),                # the first argument's low 32 bits: a pid_t
+        (JEQ, 4, 0, 0),                # 0: its own process group: allowed
+        (JGE, 2, 0, 0x80000000),       # negative: a process group, checked below
+        (JGE, 2, 0, self_pid),         # a pid from its own on (itself, or one it started): allowed
+        (RET, 0, 0, DENY),
+        (JGT, 1, 0, negative_self),    # -1 (every process) or an older process's group: denied
+        (RET, 0, 0, ALLOW),
+        (RET, 0, 0, DENY),
+    ]
+    return prog
+
+
+def restrict_signals():
+    """Installs seccomp_filter for this process and all it starts; returns False where the
+    architecture has no table here or the kernel refuses (the greeting says which)."""
+    import ctypes
+    import platform
+
+    arch = platform.machine()
+    if arch not in SECCOMP_SYSCALLS:
+        return False
+    audit_arch, numbers = SECCOMP_SYSCALLS[arch]
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    prog = seccomp_filter(arch, audit_arch, numbers, os.getpid())
+    filters = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    fprog = SockFprog(len(prog), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS: " + os.strerror(ctypes.get_errno()))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp: " + os.strerror(ctypes.get_errno()))
+    return True
+
+
 # The worker's own channels to the evaluator (the protocol stream's descriptor; stdin is the job
 # stream): a job's child closes them first, so that a candidate can neither read the jobs meant
 # for later children nor write replies in the worker's name. Its result pipe is all it keeps.
@@ -1520,6 +1599,7 @@ def child_main(job, write_fd, torch, h):
             isolate_build(job["build_dir"], read_write=[job["fast_build"]["dir"]] if job["fast_build"]["dir"] else [])
         else:
             isolate_build(job["build_dir"], read_only=[job["problem_path"]])
+        restrict_signals()
         if job["op"] == "compile":
             result = child_compile(job, torch)
         elif os.environ.get("KBRL_WORKER_PROFILE"):  # a folder: one cProfile file per run job

@@ -229,3 +229,76 @@ TEST_CASE("with the static checker off, work left on a side stream is still time
     CHECK(hack.runtime->mean_ms >= 0.8 * results[large].runtime->mean_ms);
   }
 }
+
+TEST_CASE("sandboxed on the GPU, escapes are stopped and faults stay with their candidate") {
+  // The honest GELU kernel with Python put in front of its forward's return: each escape and
+  // fault beside two honest copies, in one batch, with the static checker off so that the
+  // sandbox and the build isolation are what stops them.
+  const fs::path dir = fs::path(KBRL_SOURCE_DIR) / "tests/gpu/hacks";
+  const std::string honest = read_text(dir / "gelu_tanh_honest.py");
+  const std::string ret = "        return _ext.gelu_tanh_forward(x)";
+  REQUIRE(honest.find(ret) != std::string::npos);
+  auto with = [&](const std::string& name, const std::string& imports, const std::string& code) {
+    std::string s = honest;
+    s.replace(s.find(ret), ret.size(), code + "\n" + ret);
+    s.replace(s.find("import torch\n"), 0, imports + "\n");
+    // A unique extension name: the same kernel source would otherwise be one build for all.
+    const std::string ext = "kbrl_gpu_gelu_tanh_honest";
+    s.replace(s.find(ext), ext.size(), ext + "_" + name);
+    return s;
+  };
+  const std::string find_other =
+      "        others = [d for d in glob.glob(os.path.join(os.path.dirname(os.getcwd()), '*'))"
+      " if d != os.getcwd() and os.path.exists(os.path.join(d, 'candidate.py'))]\n";
+  struct Case {
+    std::string name, source, problem;
+    std::vector<std::string> expect;  // categories
+    std::string says;                 // in the message
+  };
+  const std::string gelu = "examples/problems/2_GELUTanh.py";
+  std::vector<Case> cases = {
+      {"honest-a", with("a", "", "        pass"), gelu, {"none"}, ""},
+      {"network", with("net", "import socket", "        socket.create_connection(('1.1.1.1', 53), timeout=5).close()"), gelu,
+       {"runtime"}, "Network is unreachable"},
+      {"write-outside", with("write", "import os", "        open(os.path.expanduser('~/kbrl-escaped'), 'w').write('x')"), gelu,
+       {"runtime"}, "Read-only file system"},
+      {"read-other-build",
+       with("read", "import glob, os", find_other + "        open(os.path.join(others[0], 'candidate.py')).read()"), gelu,
+       {"runtime"}, "Permission denied"},
+      {"leftover", with("left", "import subprocess", "        subprocess.Popen(['sleep', '63.5'], start_new_session=True)"),
+       gelu, {"reward_hack"}, "left 1 process(es) running"},
+      {"illegal-memory-access", read_text(dir / "illegal_memory_access.py"), gelu, {"crash", "runtime"}, ""},
+      {"out-of-memory", read_text(dir / "cuda_out_of_memory.py"), gelu, {"out_of_memory"}, ""},
+      {"honest-b", with("b", "", "        pass"), gelu, {"none"}, ""},
+  };
+  auto c = cuda_config("isolation");
+  c.static_checks = false;
+  c.sandbox = eval::SandboxMode::on;
+  eval::LocalEvaluator ev(c);
+  std::vector<core::EvalRequest> requests;
+  for (const auto& k : cases) {
+    core::EvalRequest r;
+    r.request_id = k.name;
+    r.problem = problem_from(fs::path(KBRL_SOURCE_DIR) / k.problem, k.problem);
+    r.candidate_source = k.source;
+    r.language = core::KernelLanguage::cuda;
+    r.options.timing_trials = 20;
+    requests.push_back(std::move(r));
+  }
+  const auto results = ev.evaluate(requests);
+  std::string table = "| candidate | expected | got | sandbox | build isolation | message |\n|---|---|---|---|---|---|\n";
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& r = results[i];
+    const std::string got(core::to_string(r.error_category));
+    const auto meta = [&](const char* key) { return r.metadata.count(key) ? r.metadata.at(key) : std::string("-"); };
+    table += fmt::format("| {} | {} | {} | {} | {} | {} |\n", cases[i].name, fmt::join(cases[i].expect, " or "), got,
+                         meta("sandbox"), meta("build_isolation"),
+                         r.error_message.substr(0, std::min<std::size_t>(120, r.error_message.find('\n'))));
+    INFO(cases[i].name << ": got " << got << ": " << r.error_message);
+    CHECK(std::find(cases[i].expect.begin(), cases[i].expect.end(), got) != cases[i].expect.end());
+    CHECK(r.error_message.find(cases[i].says) != std::string::npos);
+    CHECK(meta("sandbox") == "bubblewrap");
+  }
+  std::cout << table;
+  save("isolation.md", table);
+}

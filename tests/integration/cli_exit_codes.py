@@ -113,6 +113,19 @@ def check_eval(args):
         f.write('{"severity": {"side_stream": "loud"}}')
     expect(base + ["--static-config", bad], 1, "a malformed --static-config file", err="bad_static.json")
 
+    # A run folder that cannot be written (a read-only mount, in a mount namespace of its own):
+    # refused before anything is evaluated, naming the file and the reason.
+    if run(["unshare", "-m", "true"]).returncode == 0:
+        read_only = os.path.join(args.work, "read_only_run")
+        shutil.copytree(run_dir, read_only)
+        remount = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+        cmd = [ev, "generations", "--problems", problems, "--level", "1", "--run", read_only, "--work-dir", work_dir]
+        expect(["unshare", "-m", "sh", "-c", remount, "sh", read_only] + cmd, 1, "a read-only run folder",
+               err="eval_results.jsonl for appending: Read-only file system")
+        check(not os.path.exists(os.path.join(read_only, "eval_results.json")), "nothing is written to it")
+    else:
+        print("skip: no mount namespace (unshare -m) for the read-only run folder")
+
     # SIGINT while the evaluator works: it stops, writes what finished, and exits 130.
     proc = subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = False

@@ -393,6 +393,7 @@ TEST_CASE("a candidate can neither read nor change another candidate's build, no
   INFO(results[0].error_message);
   CHECK(results[0].correct);
   CHECK(results[0].metadata.at("build_isolation").starts_with("landlock ABI "));
+  CHECK(results[0].metadata.at("build_isolation").ends_with("; seccomp"));
   for (int i = 1; i < 4; ++i) {
     INFO(results[i].request_id << ": " << results[i].error_message);
     CHECK(results[i].error_category == ErrorCategory::runtime);

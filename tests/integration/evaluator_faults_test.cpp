@@ -176,6 +176,34 @@ TEST_CASE("a candidate's process killed at each stage gets a crash result naming
   check_honest(results, 3);
 }
 
+TEST_CASE("a candidate can signal only itself and what it started: killing or tracing its worker fails") {
+  // Killed twice, a worker's job would come back as an evaluator error (not counted against the
+  // candidate). kill(-1) is contained by the sandbox's PID namespace even without the filter.
+  eval::LocalEvaluator ev(config("faults-signals"));
+  const auto results = ev.evaluate(with_honest({
+      request("kill-worker", python_candidate("import os, signal", "        os.kill(os.getppid(), signal.SIGKILL)\n"
+                                                                   "        return x.clamp_min(0.0)")),
+      request("kill-everything", python_candidate("import os, signal", "        os.kill(-1, signal.SIGKILL)\n"
+                                                                       "        return x.clamp_min(0.0)")),
+      request("trace-worker", python_candidate("import ctypes, os",
+                                               "        libc = ctypes.CDLL(None, use_errno=True)\n"
+                                               "        if libc.ptrace(16, os.getppid(), 0, 0) != 0:\n"
+                                               "            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n"
+                                               "        return x.clamp_min(0.0)")),
+      request("own-child", python_candidate("import subprocess", "        p = subprocess.Popen(['sleep', '30'])\n"
+                                                                 "        p.kill()\n        p.wait()\n"
+                                                                 "        return x.clamp_min(0.0)")),
+  }));
+  for (int i = 0; i < 3; ++i) {
+    INFO(results[i].request_id << ": " << core::to_string(results[i].error_category) << ": " << results[i].error_message);
+    CHECK(results[i].error_category == ErrorCategory::runtime);
+    CHECK(results[i].error_message.find("Operation not permitted") != std::string::npos);
+  }
+  check_honest(results, 3);  // the one that killed its own child too
+  CHECK(ev.stats().workers_lost == 0);
+  CHECK(ev.stats().jobs_retried == 0);
+}
+
 TEST_CASE("a candidate that floods its output is stopped at the file-size limit, and holds none of the worker's channels") {
   auto c = config("faults-output");
   c.limits.file_size_bytes = 8ull << 20;

@@ -201,7 +201,7 @@ TEST_CASE("the golden greeting and compile replies are read field by field") {
   CHECK_FALSE(ready.hip.has_value());
   CHECK(ready.python == "3.11.2");
   CHECK(ready.import_s == 2.5);
-  CHECK(ready.isolation == "landlock ABI 7");
+  CHECK(ready.isolation == "landlock ABI 7; seccomp");
 
   const eval::CompileReply ok = eval::read_compile_reply(golden_text("compile_reply.json"), "7-5f2b8c1e");
   CHECK(ok.ok());

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -33,7 +34,8 @@ JsonlWriter::JsonlWriter(fs::path path) : path_(std::move(path)) {
     }
   }
   file_ = std::fopen(path_.c_str(), "ab");
-  if (file_ == nullptr) throw core::Error(fmt::format("cannot open {} for appending", path_.string()));
+  if (file_ == nullptr)
+    throw core::Error(fmt::format("cannot open {} for appending: {}", path_.string(), std::strerror(errno)));
 }
 
 JsonlWriter::~JsonlWriter() {
