@@ -396,6 +396,14 @@ TEST_CASE("tokenizer refuses broken or unsupported files naming the file and the
                  {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {}})");
        },
        "post_processor.single[0].SpecialToken.id", "'<s>' is not in special_tokens"},
+      {"template id naming no token",  // found by fuzzing: encode emitted an id beyond id_limit()
+       [](json::object& o) {
+         o["post_processor"] = json::parse(
+             R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+                 "special_tokens": {"<s>": {"id": "<s>", "ids": [123456], "tokens": ["<s>"]}}})");
+       },
+       "post_processor.special_tokens.<s>.ids[0]", "123456 is not a token id of the tokenizer"},
       {"template sequence B",
        [](json::object& o) {
          o["post_processor"] = json::parse(

@@ -132,6 +132,11 @@ TEST_CASE("a block without a fence gives its raw contents") {
   CHECK(c.has_kernel_block);
   CHECK(c.format_ok);
   CHECK(parse_completion("<KERNEL>   \n\n</KERNEL>").kernel.empty());
+  // format_ok is decided on the kernel as returned, with its final newline: a last line ending in
+  // a backslash continues into it (found by fuzzing, where format_ok said the opposite).
+  const auto continued = parse_completion("<KERNEL>\nclass ModelNew:\\");
+  CHECK(continued.kernel == "class ModelNew:\\\n");
+  CHECK(continued.format_ok == defines_top_level_class(continued.kernel, "ModelNew"));
 }
 
 TEST_CASE("several fences in one block: the one that defines ModelNew wins") {
@@ -361,7 +366,7 @@ TEST_CASE("random mixtures of tags, fences and code keep the parser's invariants
         (c.kernel.ends_with("\n") && text.find(c.kernel.substr(0, c.kernel.size() - 1)) != std::string::npos);
     CHECK(from_text);
     CHECK(text.find(c.thinking) != std::string::npos);
-    if (c.format_ok) CHECK(defines_top_level_class(c.kernel, "ModelNew"));
+    CHECK(c.format_ok == (!c.kernel.empty() && defines_top_level_class(c.kernel, "ModelNew")));
     if (c.has_kernel_block) CHECK(lower(text).find("</kernel>") != std::string::npos);
     if (c.has_thinking) CHECK(lower(text).find("</think>") != std::string::npos);
     with_kernel += c.kernel.empty() ? 0 : 1;

@@ -223,6 +223,22 @@ TEST_CASE("a key written twice in the file is an error naming both lines") {
   CHECK(load_run_config(fine, {"seed=1", "seed=2"}).seed == 2);
 }
 
+TEST_CASE("a key that is a mapping or a list (or empty) is an error naming its place") {
+  // YAML's complex keys ("? "): found by fuzzing, they escaped as yaml-cpp's conversion error.
+  const auto top = write_yaml("key_list.yaml", "log_path: runs/a\n? [seed, 2]\n: 1\n");
+  const auto top_error = error_of(top, {});
+  CHECK(has(top_error, "key_list.yaml:2"));
+  CHECK(has(top_error, "a key must be a name, not a mapping or a list"));
+  const auto nested = write_yaml("key_map.yaml", "log_path: runs/a\ndataset:\n  batch_size: 2\n  ? {group_size: 4}\n  : 1\n");
+  const auto nested_error = error_of(nested, {});
+  CHECK(has(nested_error, "key_map.yaml:4"));
+  CHECK(has(nested_error, "field 'dataset'"));
+  const auto reward = write_yaml("key_reward.yaml", "log_path: runs/a\nreward:\n  preset: stage2\n  weights:\n    ? [speed]\n    : 0.5\n");
+  const auto reward_error = error_of(reward, {});
+  CHECK(has(reward_error, "reward.weights: a key must be a name"));
+  CHECK(has(error_of(write_yaml("key_empty.yaml", "log_path: runs/a\n: 1\n"), {}), "a key is empty"));
+}
+
 TEST_CASE("the example configs are valid") {
   const fs::path dir = fs::path(KBRL_SOURCE_DIR) / "examples/configs";
   int n = 0;

@@ -47,8 +47,10 @@ std::string json_type(const json::value& v) {
 StaticCheckConfig parse_config(const json::value& jv) {
   if (!jv.is_object()) throw FieldError{"", "expected a JSON object, got " + json_type(jv)};
   StaticCheckConfig c;
-  for (const auto& [key, value] : jv.get_object()) {
-    const std::string k(key);
+  for (const auto& member : jv.get_object()) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const std::string k(member.key());
+    const json::value& value = member.value();
     auto as_string = [&]() -> std::string_view {
       if (!value.is_string()) throw FieldError{k, "expected a string, got " + json_type(value)};
       return value.get_string();

@@ -2,6 +2,7 @@
 
 #include <boost/json/basic_parser_impl.hpp>
 #include <charconv>
+#include <cmath>
 #include <fmt/format.h>
 
 #include "kbrl/core/error.hpp"
@@ -107,13 +108,19 @@ struct ExactNumbers {
     st.push_uint64(u);
     return true;
   }
-  bool on_double(double d, json::string_view s, boost::system::error_code&) {
+  bool on_double(double d, json::string_view s, boost::system::error_code& ec) {
     number.append(s.data(), s.size());
     double exact = 0;
     const auto [end, err] = std::from_chars(number.data(), number.data() + number.size(), exact);
-    // Out of range (beyond the largest double, or below the smallest): Boost's value.
-    st.push_double(err == std::errc{} && end == number.data() + number.size() ? exact : d);
+    const bool parsed = err == std::errc{} && end == number.data() + number.size();
     number.clear();
+    // Beyond the largest double: an error, not Boost's infinity, which no JSON text can hold (a
+    // value read from one must serialize back to valid JSON). Below the smallest: Boost's value.
+    if (!parsed && !std::isfinite(d)) {
+      ec = boost::system::errc::make_error_code(boost::system::errc::result_out_of_range);
+      return false;
+    }
+    st.push_double(parsed ? exact : d);
     return true;
   }
   bool on_bool(bool b, boost::system::error_code&) {

@@ -200,7 +200,12 @@ std::optional<Candidate> candidate_of(const std::vector<Fence>& fences, std::opt
   if (pick != nullptr) return Candidate{std::string(pick->content), pick->defines_model_new};
   if (raw) {
     const std::string_view code = trim_raw(*raw);
-    if (!code.empty()) return Candidate{std::string(code) + "\n", defines_top_level_class(code, "ModelNew")};
+    if (code.empty()) return std::nullopt;
+    // format_ok is decided on the kernel as returned, newline included: without it a last line
+    // ending in a backslash would read differently (found by fuzzing).
+    std::string kernel = std::string(code) + "\n";
+    const bool defines = defines_top_level_class(kernel, "ModelNew");
+    return Candidate{std::move(kernel), defines};
   }
   return std::nullopt;
 }

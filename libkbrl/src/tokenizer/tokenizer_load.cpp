@@ -84,6 +84,13 @@ class Loader {
     load_decoder(top.if_contains("decoder"));
     if (const auto* a = top.if_contains("added_tokens"); a != nullptr && !a->is_null()) load_added_tokens(*a);
     finish_ids();
+    // encode(add_special_tokens) emits these ids, so each must name a token: otherwise it could lie
+    // beyond id_limit(), the embedding rows the tokenizer says it needs (found by fuzzing).
+    for (const auto& [id, field] : template_ids_) {
+      const auto k = static_cast<std::size_t>(id);
+      if (k >= impl_.id_known.size() || !impl_.id_known[k])
+        fail(field, fmt::format("{} is not a token id of the tokenizer (neither in model.vocab nor in added_tokens)", id));
+    }
   }
 
  private:
@@ -221,8 +228,11 @@ class Loader {
         const json::value& ids = member(object(entry, f), "ids", f);
         if (!ids.is_array()) fail(f + ".ids", "expected an array");
         std::vector<TokenId> list;
-        for (std::size_t i = 0; i < ids.as_array().size(); ++i)
-          list.push_back(id_value(ids.as_array()[i], fmt::format("{}.ids[{}]", f, i)));
+        for (std::size_t i = 0; i < ids.as_array().size(); ++i) {
+          const std::string id_field = fmt::format("{}.ids[{}]", f, i);
+          list.push_back(id_value(ids.as_array()[i], id_field));
+          template_ids_.emplace_back(list.back(), id_field);
+        }
         specials[std::string(name)] = std::move(list);
       }
     }
@@ -412,6 +422,7 @@ class Loader {
 
   std::string origin_;
   Tokenizer::Impl& impl_;
+  std::vector<std::pair<TokenId, std::string>> template_ids_;  // the post-processor's ids, with their fields
 };
 
 }  // namespace

@@ -370,16 +370,26 @@ std::string unknown_key_message(const std::string& key) {
                       : fmt::format("unknown key '{}' (did you mean '{}'?)", key, best);
 }
 
+// A YAML mapping's key is any node: an empty key, a mapping or a list (YAML's "? " complex key)
+// is no name of a setting, and reading the last two as a string throws yaml-cpp's conversion error.
+const char* key_not_a_name(const YAML::Node& key) {
+  return key.IsNull() ? "a key is empty" : "a key must be a name, not a mapping or a list";
+}
+
 // YAML -> JSON for the reward subtree (RewardConfig reads JSON). Quoted scalars stay strings.
-boost::json::value to_json(const YAML::Node& n) {
+// `path` is the dotted key of `n`, for errors.
+boost::json::value to_json(const YAML::Node& n, const std::string& path) {
   if (n.IsMap()) {
     boost::json::object o;
-    for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second);
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar()) throw core::ConfigError(path, "", key_not_a_name(kv.first));
+      o[kv.first.Scalar()] = to_json(kv.second, path + "." + kv.first.Scalar());
+    }
     return o;
   }
   if (n.IsSequence()) {
     boost::json::array a;
-    for (const auto& item : n) a.push_back(to_json(item));
+    for (std::size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], fmt::format("{}[{}]", path, i)));
     return a;
   }
   if (n.IsNull()) return nullptr;
@@ -431,14 +441,15 @@ void apply_tree(RunConfig& c, const YAML::Node& node, const std::string& prefix,
   const bool older_synchronous = older_synchronous_train_section(node, prefix, src);
   if (older_synchronous) c.train.max_steps_off_policy = 0;
   for (const auto& kv : node) {
-    const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) throw core::ConfigError(src.where(prefix, kv.first), prefix, key_not_a_name(kv.first));
+    const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
     const YAML::Node& v = kv.second;
     if (older_synchronous && (key == "train.async" ||
                               (key == "train.max_steps_off_policy" && src.overrides.count(key) == 0)))
       continue;
     if (key == "reward") {
       try {
-        c.reward = reward::RewardConfig::from_json(to_json(v), "reward", registry);
+        c.reward = reward::RewardConfig::from_json(to_json(v, key), "reward", registry);
       } catch (const core::ConfigError& e) {
         throw core::ConfigError(src.where(key, v), "reward", e.what());
       }
@@ -470,7 +481,7 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& prefix, co
   if (!node.IsMap()) return;
   std::map<std::string, int> first_line;
   for (const auto& kv : node) {
-    if (!kv.first.IsScalar()) continue;  // not a key kbrl reads: reported as unknown later
+    if (!kv.first.IsScalar()) continue;  // not a name: apply_tree and to_json refuse it
     const std::string& name = kv.first.Scalar();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     const int line = kv.first.Mark().line + 1;

@@ -44,8 +44,9 @@ std::string to_json(const T& v) {
 }
 
 // Parses JSON text; throws InvalidArgument when it is malformed. Numbers read back exactly as
-// to_json wrote them (correctly rounded, which Boost.JSON's own parser is not before 1.83): use
-// these, not boost::json::parse.
+// to_json wrote them (correctly rounded, which Boost.JSON's own parser is not before 1.83), and a
+// number beyond the range of a double is malformed (Boost.JSON reads it as infinity, which
+// to_json could not write back): use these, not boost::json::parse.
 boost::json::value parse_json(std::string_view text);
 // The same, reporting malformed text through ec (the value is then null).
 boost::json::value parse_json(std::string_view text, boost::system::error_code& ec);
