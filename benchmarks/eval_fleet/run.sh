@@ -13,8 +13,9 @@
 #          borrows from the idle half and "shared" is the rate a host of its own would give.
 # The servers are started and ready (/readyz) before the clock starts, as a standing fleet is;
 # the local evaluator's worker start is inside its time (it is reported separately).
-# Caches (KBT_WARM): with 1 (the default), every evaluator first evaluates the workload once,
-# untimed, and the timed pass evaluates it with each load_inline extension renamed
+# Caches (KBT_WARM): with 1 (the default), every evaluator first evaluates sample 0 of each of the
+# workload's problems, untimed, and the timed pass evaluates the whole workload with each
+# load_inline extension renamed
 # (name="x" -> name="x_steady"): new candidates that no compiled-extension cache holds, with the
 # headers and flags whose precompiled headers the first pass built. That is a fleet in the
 # middle of a long run, whose servers have seen candidates like these before. With 0, the timed
@@ -84,10 +85,13 @@ sys.exit(1)
 PY
 }
 
-# workload DIR [renamed]: a copy of the workload in DIR; renamed: each extension renamed (KBT_WARM).
+# workload DIR [renamed|warm-up]: a copy of the workload in DIR; renamed: each extension renamed
+# (KBT_WARM); warm-up: each problem's sample 0 only (the untimed pass).
 workload() {
   mkdir -p "$1"
-  cp "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_kernel.py "$1/"
+  local which=level_1_problem_*_kernel.py
+  [[ "${2:-}" == warm-up ]] && which=level_1_problem_*_sample_0_kernel.py
+  cp "$repo"/benchmarks/eval_throughput/workload/$which "$1/"
   [[ "${2:-}" == renamed ]] && sed -i -E 's/\bname="([A-Za-z0-9_]+)"/name="\1_steady"/' "$1"/*.py
   return 0
 }
@@ -103,7 +107,7 @@ generations() {
 warm_up() {
   local name=$1; shift
   (( warm )) || return 0
-  workload "$scratch/$name-warm-up"
+  workload "$scratch/$name-warm-up" warm-up
   generations "$name-warm-up" "$@" > "$out/$name-warm-up.log" 2>&1
 }
 
@@ -157,7 +161,7 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
 { echo "cpus: $ncpu ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))";
   echo "halves by physical core: $cpus_a | $cpus_b (how they were found: cpu_halves.md)"
-  if (( warm )); then echo "caches: warm (KBT_WARM=1: an untimed pass first; the timed pass renames each extension)"
+  if (( warm )); then echo "caches: warm (KBT_WARM=1: an untimed pass of each problem's sample 0 first; the timed pass renames each extension)"
   else echo "caches: cold (KBT_WARM=0: the timed pass is each evaluator's first)"; fi
   echo "kbrl: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"; } > "$out/machine.txt"
 "$python" "$here/summarize.py" "$out"

@@ -24,7 +24,8 @@
 #                  with KBT_KBRL_WARMUP=1, the work dir is first warmed up, untimed, by a copy of
 #                  each problem's sample 0 under another extension name (as an RL run's earlier
 #                  steps leave it: PCHs built, reference timings known); every workload candidate
-#                  is still built from scratch
+#                  is still built from scratch; KBT_KBRL_ARGS: more kbrl-eval flags (e.g.
+#                  "--sandbox off", which sandbox.sh compares with the default, sandboxed)
 # A command on the GPU machine may run 9.5 minutes, so the script stops itself after KBT_DEADLINE
 # seconds (default 560; 0: no limit): each configuration gets at most what is left, and whatever
 # finished is summarized. All four do not fit in one such command: see docs/performance.md.
@@ -62,8 +63,12 @@ deadline="${KBT_DEADLINE:-560}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 kb="$(cd "$kb_arg" && pwd)" || { echo "run.sh: cannot enter the KernelBench checkout $kb_arg" >&2; exit 2; }
-if [[ ! -d "$kb/KernelBench/level1" || ! -f "$kb/src/kernelbench/eval.py" ]]; then
-  echo "run.sh: $kb has no KernelBench/level1 or src/kernelbench/eval.py: not a KernelBench checkout" >&2
+if [[ ! -d "$kb/KernelBench/level1" ]]; then
+  echo "run.sh: $kb has no KernelBench/level1: not a KernelBench checkout" >&2
+  exit 2
+fi
+if [[ ",$configs," == *",kb-"* && ! -f "$kb/src/kernelbench/eval.py" ]]; then
+  echo "run.sh: $kb has no src/kernelbench/eval.py, which the KernelBench configurations run" >&2
   exit 2
 fi
 mkdir -p "$out_arg" && out="$(cd "$out_arg" && pwd)" || { echo "run.sh: cannot create $out_arg" >&2; exit 2; }
@@ -245,7 +250,7 @@ run_kbrl() {
     note "kbrl: warm-up on $warmup renamed copies of sample 0"
     local w0=$EPOCHREALTIME
     timeout --signal=TERM --kill-after=30 "$limit" "$bin" generations --problems "$kb" --level 1 \
-      --run "$scratch/kbrl_warmup" --device cuda --gpus 0 --work-dir "$scratch/kbrl_work" > "$logs/kbrl_warmup.log" 2>&1
+      --run "$scratch/kbrl_warmup" --device cuda --gpus 0 --work-dir "$scratch/kbrl_work" ${KBT_KBRL_ARGS:-} > "$logs/kbrl_warmup.log" 2>&1
     warmup_s=$(awk -v a="$w0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
     note "kbrl: warm-up took $warmup_s s"
     left=$(remaining)
@@ -258,10 +263,10 @@ run_kbrl() {
   note "kbrl: kbrl-eval on $(ls "$scratch/kbrl_run" | wc -l) candidates, limit $limit s"
   start_samplers kbrl
   local t0=$EPOCHREALTIME
-  printf '{"type": "meta", "config": "kbrl", "started": %s, "limit_s": %s, "compile_lanes": %s, "warmup_candidates": %s, "warmup_s": %s}\n' \
-    "$t0" "$limit" "$(nproc)" "$warmup" "$warmup_s" > "$out/kbrl.jsonl"
+  printf '{"type": "meta", "config": "kbrl", "started": %s, "limit_s": %s, "compile_lanes": %s, "warmup_candidates": %s, "warmup_s": %s, "extra_args": "%s"}\n' \
+    "$t0" "$limit" "$(nproc)" "$warmup" "$warmup_s" "${KBT_KBRL_ARGS:-}" > "$out/kbrl.jsonl"
   timeout --signal=TERM --kill-after=30 "$limit" "$bin" generations --problems "$kb" --level 1 \
-    --run "$scratch/kbrl_run" --device cuda --gpus 0 --work-dir "$scratch/kbrl_work" > "$logs/kbrl.log" 2>&1
+    --run "$scratch/kbrl_run" --device cuda --gpus 0 --work-dir "$scratch/kbrl_work" ${KBT_KBRL_ARGS:-} > "$logs/kbrl.log" 2>&1
   local rc=$?
   local t1=$EPOCHREALTIME
   stop_samplers kbrl
