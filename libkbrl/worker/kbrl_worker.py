@@ -24,10 +24,12 @@ import ctypes
 import json
 import math
 import os
+import re
 import select
 import signal
 import struct
 import sys
+import tempfile
 import time
 import traceback
 
@@ -86,6 +88,14 @@ def compiler_errors(log_text):
             picked.append(line.strip())
         if len(picked) >= 12:
             break
+    if all(line.startswith("Error building extension") for line in picked):
+        # No diagnostic from a compiler (it could not start, create a file, or was killed): the
+        # last lines the build printed, less the echoed commands, say why.
+        said = [line.strip() for line in log_text.splitlines()
+                if line.strip() and not line.startswith(("[", "FAILED:", "ninja: build stopped"))
+                and " -o " not in line and "Error building extension" not in line
+                and not re.match(r"[WI]\d{4} ", line)]  # torch's own log lines
+        picked += said[-8:]
     return "\n".join(picked) if picked else log_text[-1500:]
 
 
@@ -1593,6 +1603,15 @@ def child_main(job, write_fd, torch, h):
         # Triton's kernel cache too: one candidate's compiled kernels are never another's, and
         # nothing is created in the home folder (read-only in the sandbox).
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job["build_dir"], "triton_cache")
+        # Temporary files (the compilers', Python's tempfile) in the build directory as well: the
+        # build isolation lets the child create files nowhere else in the work directory's parents
+        # (a work directory in /tmp leaves no other writable place), and nothing is left behind
+        # elsewhere.
+        tmp = os.path.join(job["build_dir"], "tmp")
+        os.makedirs(tmp, exist_ok=True)
+        for name in ("TMPDIR", "TMP", "TEMP"):
+            os.environ[name] = tmp
+        tempfile.tempdir = tmp
         os.chdir(job["build_dir"])
         apply_limits(job["limits"])
         if job["op"] == "compile":  # the compile cache: precompiled headers are built there

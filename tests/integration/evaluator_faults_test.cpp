@@ -391,3 +391,42 @@ TEST_CASE("a work directory that cannot be written is refused at the start with 
     CHECK(what.find("Read-only file system") != std::string::npos);
   }
 }
+
+TEST_CASE("with the work directory in /tmp, candidates build and keep their temporary files in their own build") {
+  // The build isolation lets a job create files only in its build directory and outside the
+  // work directory's parents; with the work directory in /tmp (as in the sandbox, whose /tmp
+  // holds nothing else) the compilers' temporary files must go to the build directory too.
+  std::string pattern = "/tmp/kbrl-faults-XXXXXX";
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  const fs::path root = pattern;
+  auto c = config("faults-tmp");
+  c.work_dir = root / "work";
+  c.compile_pch = false;
+  const std::string uses_tempfile = python_candidate(
+      "import os, tempfile\n",
+      "        fd, path = tempfile.mkstemp()\n"
+      "        os.close(fd)\n"
+      "        assert path.startswith(os.getcwd() + '/'), path\n"
+      "        return x.clamp_min(0.0)");
+  // A candidate that points the compiler's temporary files at the work directory (which the
+  // isolation forbids): the compiler prints no diagnostic, and the message must still say why.
+  std::string no_tmp = kLeanReluCpp;
+  no_tmp.replace(no_tmp.find("import torch\n"), 13,
+                 "import os\nwork = os.path.dirname(os.path.dirname(os.getcwd()))\n"
+                 "os.environ['TMPDIR'] = os.environ['TMP'] = os.environ['TEMP'] = work\nimport torch\n");
+  no_tmp.replace(no_tmp.find("lean_relu"), 9, "lean_relu_no_tmp");
+  std::vector<core::EvalResult> results;
+  {
+    eval::LocalEvaluator ev(c);
+    results = ev.evaluate({request("cpp", kLeanReluCpp), request("tempfile", uses_tempfile), request("no-tmp", no_tmp)});
+  }
+  fs::remove_all(root);
+  for (int i = 0; i < 2; ++i) {
+    INFO(results[i].request_id << ": " << core::to_string(results[i].error_category) << ": " << results[i].error_message);
+    CHECK(results[i].correct);
+  }
+  INFO(results[2].error_message);
+  CHECK(results[2].error_category == ErrorCategory::compile);
+  CHECK(results[2].error_message.find("Cannot create temporary file in " + c.work_dir.string()) != std::string::npos);
+  CHECK(results[2].error_message.find("Permission denied") != std::string::npos);
+}
