@@ -266,7 +266,7 @@ TEST_CASE("sandboxed on the GPU, escapes are stopped and faults stay with their 
        with("read", "import glob, os", find_other + "        open(os.path.join(others[0], 'candidate.py')).read()"), gelu,
        {"runtime"}, "Permission denied"},
       {"leftover", with("left", "import subprocess", "        subprocess.Popen(['sleep', '63.5'], start_new_session=True)"),
-       gelu, {"reward_hack"}, "left 1 process(es) running"},
+       gelu, {"reward_hack"}, "process(es) running after its run stage, outside its process group"},  // one per call
       {"illegal-memory-access", read_text(dir / "illegal_memory_access.py"), gelu, {"crash", "runtime"}, ""},
       {"out-of-memory", read_text(dir / "cuda_out_of_memory.py"), gelu, {"out_of_memory"}, ""},
       {"honest-b", with("b", "", "        pass"), gelu, {"none"}, ""},

@@ -94,6 +94,23 @@ fs::path default_work_dir() {
   return fs::temp_directory_path() / "kbrl";
 }
 
+std::string nvidia_device_node(int index, const fs::path& driver_gpus) {
+  std::vector<fs::path> gpus;  // named by PCI bus id (0000:18:00.0): sorted, in bus order
+  std::error_code ec;
+  for (fs::directory_iterator it(driver_gpus, ec), end; !ec && it != end; it.increment(ec)) gpus.push_back(it->path());
+  std::sort(gpus.begin(), gpus.end());
+  if (index >= 0 && static_cast<std::size_t>(index) < gpus.size()) {
+    std::ifstream in(gpus[static_cast<std::size_t>(index)] / "information");
+    for (std::string line; std::getline(in, line);) {
+      const std::string key = "Device Minor:";
+      if (line.rfind(key, 0) != 0) continue;
+      const auto digits = line.find_first_of("0123456789", key.size());
+      if (digits != std::string::npos) return "/dev/nvidia" + std::to_string(std::stoi(line.substr(digits)));
+    }
+  }
+  return fmt::format("/dev/nvidia{}", index);
+}
+
 namespace {
 
 struct Job {
@@ -355,11 +372,15 @@ struct LocalEvaluator::Impl {
         lane->name = fmt::format("run-{}{}", core::to_string(config.platform), dev);
         lane->env[visible] = std::to_string(dev);
         lane->device = "cuda:0";  // ROCm's torch names its GPUs "cuda" too
-        if (config.platform == core::DevicePlatform::cuda)
-          lane->sandbox_devices = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                                   fmt::format("/dev/nvidia{}", dev)};
-        else
+        if (config.platform == core::DevicePlatform::cuda) {
+          lane->env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";  // --gpus counts as nvidia-smi does
+          lane->sandbox_devices = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", nvidia_device_node(dev)};
+          // The sandbox shows the driver this GPU's node alone, so CUDA finds one GPU and numbers
+          // it 0: asked for any other number, it would find none.
+          if (!sandbox_prefix.empty()) lane->env[visible] = "0";
+        } else {
           lane->sandbox_devices = {"/dev/kfd", "/dev/dri"};
+        }
       } else {
         lane->name = fmt::format("run-cpu{}", i);
         lane->device = "cpu";

@@ -77,6 +77,11 @@ std::string default_python();
 std::filesystem::path default_worker_script();
 // KBRL_WORK_DIR, else $XDG_CACHE_HOME/kbrl, else ~/.cache/kbrl.
 std::filesystem::path default_work_dir();
+// The device node of the NVIDIA GPU that CUDA numbers `index` in PCI bus order
+// (CUDA_DEVICE_ORDER=PCI_BUS_ID, nvidia-smi's numbering): "/dev/nvidia<its minor number>", read
+// from the driver's `driver_gpus` folder (one <bus id>/information file per GPU);
+// "/dev/nvidia<index>" where that folder does not say.
+std::string nvidia_device_node(int index, const std::filesystem::path& driver_gpus = "/proc/driver/nvidia/gpus");
 
 class LocalEvaluator : public Evaluator {
  public:
