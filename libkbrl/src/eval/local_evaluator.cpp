@@ -575,22 +575,28 @@ struct LocalEvaluator::Impl {
     job->build_key = build_key(lane, job->req);
     job->build_dir = config.work_dir / "builds" / job->build_key.substr(0, 32);
     const fs::path record = job->build_dir / "compile.json";
-    {
-      std::unique_lock lock(mu);
+    for (;;) {
+      // Reading a record hashes the build's libraries, so it is read outside the lock, and what
+      // it says is acted on under the lock only if no build of this source is in flight and the
+      // record is still the one that was read.
+      const auto stamp = record_stamp(record);
       bool intact = true;
-      if (auto cached = read_compile_record(record, job->build_dir, intact)) {
+      auto cached = read_compile_record(record, job->build_dir, intact);
+      std::unique_lock lock(mu);
+      if (auto it = compiling.find(job->build_key); it != compiling.end()) {
+        it->second.push_back(job);  // the same source is being built right now: wait for that build
+        ++stats.compile_cache_hits;
+        return;
+      }
+      if (record_stamp(record) != stamp) continue;  // a build of it finished meanwhile: read that
+      if (cached) {
         ++stats.compile_cache_hits;
         const bool failed = route_after_compile_locked(job, *cached);
         lock.unlock();
         if (failed) finish(job);
         return;
       }
-      auto [it, fresh] = compiling.try_emplace(job->build_key);
-      if (!fresh) {  // the same source is being built right now: wait for that build
-        it->second.push_back(job);
-        ++stats.compile_cache_hits;
-        return;
-      }
+      compiling.try_emplace(job->build_key);
       ++stats.compiles;
       if (!intact) {
         // A corrupted record, or libraries changed since they were built (a disk fault, a copy
@@ -599,6 +605,7 @@ struct LocalEvaluator::Impl {
         std::error_code ec;
         fs::remove_all(job->build_dir, ec);
       }
+      break;
     }
     try {
       fs::create_directories(job->build_dir);
@@ -700,6 +707,14 @@ struct LocalEvaluator::Impl {
                                  {"sha256", core::sha256_hex(bytes)}});
     }
     return out;
+  }
+
+  // When a build's record was last written (none: there is none).
+  static std::optional<fs::file_time_type> record_stamp(const fs::path& record) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(record, ec);
+    if (ec) return std::nullopt;
+    return t;
   }
 
   // compile.json: the compile reply, and the libraries the build left (library_digests).
