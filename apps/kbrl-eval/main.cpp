@@ -141,11 +141,25 @@ struct Candidate {
   fs::path path;
 };
 
+// --problems, or where KernelBench is found without it (dataset::find_kernelbench: $KERNELBENCH_ROOT,
+// else a checkout in the working directory or beside the run folder), said on stderr.
+std::string problems_of(const GenerationsCommand& g) {
+  if (!g.problems.empty()) return g.problems;
+  try {
+    const fs::path found =
+        dataset::find_kernelbench({fs::current_path(), fs::absolute(g.run).lexically_normal().parent_path()});
+    std::cerr << "kbrl-eval: problems from " << found.string() << "\n";
+    return found.string();
+  } catch (const core::InvalidArgument& e) {
+    throw apps::UsageError(fmt::format("--problems: {}", e.what()));
+  }
+}
+
 int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& settings) {
   // First, so that an interrupt at any point ends in the files of what is done and exit code 130.
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
-  const fs::path problems_path = g.problems;
+  const fs::path problems_path = problems_of(g);
   const int level = g.level;
   const fs::path run_dir = g.run;
   if (!fs::is_directory(run_dir)) throw core::InvalidArgument(fmt::format("--run: {} is not a directory", run_dir.string()));
@@ -280,11 +294,12 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
   const GenerationsCommand& g = m.generations;
   const fs::path run_dir = g.run;
   fs::create_directories(run_dir);
+  const std::string problems_path = problems_of(g);
   std::vector<core::Problem> problems;
-  for (auto& p : dataset::load_problems(g.problems))
+  for (auto& p : dataset::load_problems(problems_path))
     if (p.level == g.level || p.level == 0) problems.push_back(std::move(p));
   if (problems.empty())
-    throw core::InvalidArgument(fmt::format("no problems of level {} in {}", g.level, g.problems));
+    throw core::InvalidArgument(fmt::format("no problems of level {} in {}", g.level, problems_path));
   apps::ModelSamplingOptions o;
   o.model = m.model;
   o.adapter = m.adapter;
@@ -326,8 +341,9 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
 }
 
 void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
-  cmd.add_option("--problems", g.problems, "a KernelBench checkout, a folder of problems or a JSONL file")
-      ->required()
+  cmd.add_option("--problems", g.problems,
+                 "a KernelBench checkout, a folder of problems or a JSONL file (default: $KERNELBENCH_ROOT, else a "
+                 "KernelBench/ or kernelbench/ checkout in the working directory or beside --run)")
       ->type_name("PATH");
   cmd.add_option("--level", g.level, "KernelBench level (a plain folder's problems count as this level)")
       ->required()

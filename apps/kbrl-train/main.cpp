@@ -17,6 +17,7 @@
 
 #include "cli.hpp"
 #include "kbrl/core/error.hpp"
+#include "kbrl/dataset/load.hpp"
 #include "kbrl/log/run_dir.hpp"
 #include "kbrl/train/torch/rl_loop.hpp"
 #include "kbrl/train/run_config.hpp"
@@ -57,6 +58,15 @@ int run_training(const std::vector<std::string>& args) {
     // An override is part of the command line: its errors are usage errors; a file's are not.
     if (e.where().rfind("override ", 0) == 0) throw apps::UsageError(e.what());
     throw;
+  }
+  if (config.dataset.problems.empty()) {  // found here, so that the run's config.yaml names it
+    try {
+      config.dataset.problems =
+          dataset::find_kernelbench({fs::current_path(), fs::absolute(config.log_path).parent_path()}).string();
+    } catch (const core::InvalidArgument& e) {
+      throw core::ConfigError("config", "dataset.problems", e.what());
+    }
+    std::cerr << "kbrl-train: problems from " << config.dataset.problems << "\n";
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

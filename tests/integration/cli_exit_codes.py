@@ -35,8 +35,8 @@ def run(cmd, timeout=120, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def expect(cmd, code, what, out=None, err=None):
-    r = run(cmd)
+def expect(cmd, code, what, out=None, err=None, env=None):
+    r = run(cmd, env=env)
     ok = r.returncode == code
     if ok and out is not None:
         ok = out in r.stdout
@@ -89,7 +89,28 @@ def check_eval(args):
     expect([ev], 2, "kbrl-eval without a command")
     expect([ev, "evaluate"], 2, "kbrl-eval with an unknown command")
     expect(base + ["--no-such-flag"], 2, "an unknown flag", err="--no-such-flag")
-    expect([ev, "generations", "--level", "1", "--run", run_dir], 2, "generations without --problems", err="--problems")
+    # Without --problems: $KERNELBENCH_ROOT, else a checkout in the working directory or beside the run.
+    no_root = {k: v for k, v in os.environ.items() if k != "KERNELBENCH_ROOT"}
+    r = expect([ev, "generations", "--level", "1", "--run", run_dir], 2, "generations without --problems and no "
+               "KernelBench to be found", err="--problems", env=no_root)
+    check("KERNELBENCH_ROOT is not set" in r.stderr and os.path.join(args.work, "KernelBench") in r.stderr,
+          "the message says where it looked")
+    not_kb = os.path.join(args.work, "not_kernelbench")
+    os.makedirs(not_kb)
+    expect([ev, "generations", "--level", "1", "--run", run_dir], 2, "KERNELBENCH_ROOT naming a folder that is not a "
+           "checkout", err="is not a KernelBench checkout", env=dict(no_root, KERNELBENCH_ROOT=not_kb))
+    for where in ["root", "beside"]:
+        kb = os.path.join(args.work, where, "KernelBench")
+        os.makedirs(os.path.join(kb, "KernelBench", "level1") if where == "root" else os.path.join(kb, "level1"))
+        shutil.copy(os.path.join(problems, "1_ScaledResidualAdd.py"),
+                    os.path.join(kb, "KernelBench", "level1") if where == "root" else os.path.join(kb, "level1"))
+        no_candidates = os.path.join(args.work, where, "run")
+        os.makedirs(no_candidates)
+        env = dict(no_root, KERNELBENCH_ROOT=kb) if where == "root" else no_root
+        r = expect([ev, "generations", "--level", "1", "--run", no_candidates], 1,
+                   f"generations without --problems, KernelBench found {'by KERNELBENCH_ROOT' if where == 'root' else 'beside the run'}",
+                   err="no level_1_problem_P_sample_S_kernel.py files", env=env)
+        check(f"problems from {kb}" in r.stderr, f"it says where the problems came from ({where})")
     expect([ev, "kernel", "--problem", os.path.join(problems, "1_ScaledResidualAdd.py")], 2,
            "kernel without --kernel", err="--kernel")
     expect(base[:5] + ["x"] + base[6:], 2, "a level that is not a number")
@@ -174,6 +195,12 @@ def check_train(args):
     expect([tr, config, "log_path=x", "evaluator.timing_trials=0"], 2, "kbrl-train with a bad evaluator value",
            err="evaluator.timing_trials")
     expect([tr, config, "other.yaml"], 2, "kbrl-train with two config files")
+    no_root = {k: v for k, v in os.environ.items() if k != "KERNELBENCH_ROOT"}
+    lost = os.path.join(args.work, "train_no_problems", "run")
+    r = expect([tr, config, f"log_path={lost}", "dataset.problems="], 1,
+               "kbrl-train without dataset.problems and no KernelBench to be found", err="dataset.problems", env=no_root)
+    check(os.path.join(args.work, "train_no_problems", "KernelBench") in r.stderr and not os.path.exists(lost),
+          "it says where it looked, before the run folder is made")
 
     expect([tr, os.path.join(args.work, "no_such.yaml")], 1, "kbrl-train with a missing config file", err="no_such.yaml")
     bad = os.path.join(args.work, "bad.yaml")

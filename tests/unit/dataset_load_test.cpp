@@ -4,6 +4,7 @@
 #include <kbrl/dataset/load.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <string>
@@ -332,4 +333,38 @@ TEST_CASE("a single problem file loads whatever its name") {
   write_file(dir / "broken.py", "import torch\n");
   CHECK_THROWS_AS(load_problem_file(dir / "broken.py"), kbrl::core::ConfigError);
   CHECK_THROWS_AS(load_problem_file(dir / "missing.py"), kbrl::core::ConfigError);
+}
+
+TEST_CASE("without named problems, KernelBench is found by KERNELBENCH_ROOT or beside the run, and the error says where it looked") {
+  const fs::path kb = make_fake_kernelbench("find_kb_root");
+  const fs::path near = fresh_dir("find_kb_near");
+  const fs::path away = fresh_dir("find_kb_away");
+  fs::create_directories(near / "kernelbench");
+  fs::copy(kb / "KernelBench", near / "kernelbench", fs::copy_options::recursive);
+  const char* saved = std::getenv("KERNELBENCH_ROOT");
+  const std::string saved_value = saved != nullptr ? saved : "";
+
+  ::setenv("KERNELBENCH_ROOT", kb.c_str(), 1);
+  CHECK(find_kernelbench({away}) == kb);  // the variable first, a checkout nearby or not
+  CHECK(find_kernelbench({near}) == kb);
+  ::setenv("KERNELBENCH_ROOT", away.c_str(), 1);
+  try {
+    find_kernelbench({near});
+    FAIL("a KERNELBENCH_ROOT that is not a checkout was accepted");
+  } catch (const kbrl::core::InvalidArgument& e) {
+    CHECK(contains(e.what(), "KERNELBENCH_ROOT is " + away.string() + ", which is not a KernelBench checkout"));
+  }
+
+  ::unsetenv("KERNELBENCH_ROOT");
+  CHECK(find_kernelbench({away, near}) == near / "kernelbench");  // in the order given
+  CHECK(load_problems(find_kernelbench({near})).size() == 8);
+  try {
+    find_kernelbench({away});
+    FAIL("a folder without a checkout gave one");
+  } catch (const kbrl::core::InvalidArgument& e) {
+    CHECK(contains(e.what(), "KERNELBENCH_ROOT is not set"));
+    CHECK(contains(e.what(), (away / "KernelBench").string()));
+    CHECK(contains(e.what(), (away / "kernelbench").string()));
+  }
+  if (saved != nullptr) ::setenv("KERNELBENCH_ROOT", saved_value.c_str(), 1);
 }

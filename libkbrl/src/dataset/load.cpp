@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -385,6 +386,34 @@ std::vector<Problem> load_problems(const fs::path& path, std::vector<fs::path>* 
       return load_jsonl(path);
   }
   throw core::InvalidArgument("unknown ProblemFormat");
+}
+
+fs::path find_kernelbench(const std::vector<fs::path>& near) {
+  const auto is_checkout = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_directory(p, ec) && kernelbench_base(p).has_value();
+  };
+  if (const char* root = std::getenv("KERNELBENCH_ROOT"); root != nullptr && *root != '\0') {
+    if (!is_checkout(root))
+      throw core::InvalidArgument(fmt::format(
+          "KERNELBENCH_ROOT is {}, which is not a KernelBench checkout (no level<N>/ folders in it or in its "
+          "KernelBench/)",
+          root));
+    return root;
+  }
+  std::vector<std::string> looked;
+  for (const auto& dir : near) {
+    for (const char* name : {"KernelBench", "kernelbench"}) {
+      const fs::path candidate = dir / name;
+      if (is_checkout(candidate)) return candidate;
+      looked.push_back(candidate.string());
+    }
+  }
+  throw core::InvalidArgument(fmt::format(
+      "no problems named, and no KernelBench checkout found: KERNELBENCH_ROOT is not set, and none of {} is a "
+      "checkout. Name the problems (a KernelBench checkout, a folder of problems or a JSONL file), or set "
+      "KERNELBENCH_ROOT",
+      fmt::join(looked, ", ")));
 }
 
 }  // namespace kbrl::dataset

@@ -259,7 +259,7 @@ const std::vector<Entry>& schema() {
     e.push_back(field("lora.target_modules", &R::lora, &LoraSection::target_modules, "projections that get adapters",
                       Check<std::vector<std::string>>([](const std::vector<std::string>& v) { return v.empty() ? std::string("must name at least one module") : std::string(); })));
     e.push_back(field("lora.init_adapter", &R::lora, &LoraSection::init_adapter, "start from this PEFT adapter folder instead of fresh adapters"));
-    e.push_back(field("dataset.problems", &R::dataset, &DatasetSection::problems, "a KernelBench checkout, a folder of problems or a JSONL file"));
+    e.push_back(field("dataset.problems", &R::dataset, &DatasetSection::problems, "a KernelBench checkout, a folder of problems or a JSONL file (empty: $KERNELBENCH_ROOT, else a KernelBench/ or kernelbench/ checkout in the working directory or beside log_path)"));
     e.push_back(field("dataset.levels", &R::dataset, &DatasetSection::levels, "KernelBench levels to keep (empty: all)"));
     e.push_back(field("dataset.include", &R::dataset, &DatasetSection::include,
                       "globs on problem names or ids: keep the problems that match any (empty: all); docs/dataset.md", globs()));

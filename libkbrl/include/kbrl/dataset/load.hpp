@@ -57,4 +57,11 @@ ProblemFormat detect_problem_format(const std::filesystem::path& path);
 std::vector<core::Problem> load_problems(const std::filesystem::path& path,
                                          std::vector<std::filesystem::path>* skipped = nullptr);
 
+// Where the problems are when none are named (kbrl-eval without --problems, kbrl-train without
+// dataset.problems), as the Python projects find KernelBench: $KERNELBENCH_ROOT when it is set
+// (which must then be a checkout), else the first KernelBench checkout named `KernelBench` or
+// `kernelbench` in one of `near` (the working directory, the run's folder...). Throws
+// core::InvalidArgument saying where it looked, or what is wrong with $KERNELBENCH_ROOT.
+std::filesystem::path find_kernelbench(const std::vector<std::filesystem::path>& near);
+
 }  // namespace kbrl::dataset

@@ -32,7 +32,7 @@ struct LoraSection {
   std::string init_adapter;  // start from this PEFT adapter folder
 };
 struct DatasetSection {
-  std::string problems = "examples/problems";
+  std::string problems;  // empty: dataset::find_kernelbench ($KERNELBENCH_ROOT, a checkout nearby)
   std::vector<int> levels;  // empty: all
   std::vector<std::string> include;  // globs on names or ids: keep what matches any (empty: all)
   std::vector<std::string> exclude;  // globs on names or ids: then drop what matches any
