@@ -844,11 +844,12 @@ PYBIND11_MODULE(kbrl, m) {
 
   // Rewards.
   py::class_<PyRewardConfig>(m, "RewardConfig",
-                             "A reward configuration (docs/rewards.md): a preset name ('stage1', 'stage2', 'stage3', "
-                             "'kevin', 'sparse') or a dict as in kbrl-train's reward section ({'preset': 'stage2', "
+                             "A reward configuration (docs/rewards.md): a preset name (RewardConfig.presets(): kernel_rl's "
+                             "'default', 'stage1', 'stage2', 'stage3', 'sparse'; 'kevin'; kbrl's 'kbrl_stage1' ...) or a "
+                             "dict as in kbrl-train's reward section ({'preset': 'stage2', "
                              "'weights': {...}, ...}).")
       .def(py::init([](const py::object& config) { return PyRewardConfig(reward_config_from(config)); }),
-           py::arg("config") = "stage1")
+           py::arg("config") = "default")
       .def_static(
           "load", [](const fs::path& path) { return PyRewardConfig(reward::RewardConfig::load(path)); }, py::arg("path"),
           "Reads a JSON reward config file.")
@@ -876,7 +877,7 @@ PYBIND11_MODULE(kbrl, m) {
          bool truncated, bool starts_in_thinking) {
         return reward_config_arg(config).breakdown(result, completion, num_tokens, truncated, starts_in_thinking);
       },
-      py::arg("result"), py::arg("completion"), py::arg("config") = "stage1", py::kw_only(),
+      py::arg("result"), py::arg("completion"), py::arg("config") = "default", py::kw_only(),
       py::arg("num_tokens") = py::none(), py::arg("truncated") = false, py::arg("starts_in_thinking") = false,
       "RewardConfig(config).breakdown(result, completion, ...): the reward and its per-term breakdown.");
 }

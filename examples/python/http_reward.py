@@ -7,9 +7,9 @@ work from any HTTP client). Wire protocol: docs/services.md.
         --completion answer.txt [--language cuda] [--token-file token]
 
 Prints one JSON line: the request id, the reward, and the verdict it came from. The reward is
-kbrl's `stage2` preset written out (0.1 format + 0.2 compiled + 0.7 correct, partial credit for
+kbrl's `kbrl_stage2` preset written out (0.1 format + 0.2 compiled + 0.7 correct, partial credit for
 trials passed, 0 for a static-check or reward-hack rejection); with the kbrl module at hand,
-kbrl.compute_reward(result, completion, "stage2") gives the same number.
+kbrl.compute_reward(result, completion, "kbrl_stage2") gives the same number.
 """
 import argparse
 import json
@@ -27,7 +27,7 @@ def kernel_of(completion: str) -> str:
     return fences[-1] if fences else scope
 
 
-def stage2_reward(result: dict) -> float:
+def kbrl_stage2_reward(result: dict) -> float:
     if not result["static_ok"] or result["error_category"] in ("static_check", "reward_hack"):
         return 0.0
     trials = result["trials_passed"] / result["trials_total"] if result["trials_total"] else 0.0
@@ -66,7 +66,7 @@ def main() -> None:
     if args.options:
         request["options"] = json.loads(args.options)
     for result in evaluate(args.url, [request], token):
-        print(json.dumps({"request_id": result["request_id"], "reward": stage2_reward(result),
+        print(json.dumps({"request_id": result["request_id"], "reward": kbrl_stage2_reward(result),
                           "correct": result["correctness"], "error_category": result["error_category"],
                           "speedup": result["speedup"]}))
 

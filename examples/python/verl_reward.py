@@ -15,7 +15,7 @@ import os
 import kbrl
 
 LANGUAGE = os.environ.get("KBRL_LANGUAGE", "cuda")
-REWARD = kbrl.RewardConfig(os.environ.get("KBRL_REWARD", "stage2"))
+REWARD = kbrl.RewardConfig(os.environ.get("KBRL_REWARD", "kbrl_stage2"))
 _evaluator = None
 
 

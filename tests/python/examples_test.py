@@ -31,7 +31,7 @@ def main():
         settings["compile_cache_dir"] = args.compile_cache
     os.environ["KBRL_EVALUATOR_SETTINGS"] = json.dumps(settings)
     os.environ["KBRL_LANGUAGE"] = "cpp"
-    os.environ["KBRL_REWARD"] = "stage2"
+    os.environ["KBRL_REWARD"] = "kbrl_stage2"
     sys.path.insert(0, os.path.join(args.source, "examples", "python"))
     import kbrl
     import trl_reward

@@ -1,6 +1,6 @@
 """examples/python/http_reward.py and kbrl.RemoteEvaluator against a real kbrl-evald on loopback:
 the example, run as a user runs it, scores a correct answer 1 and a wrong one stage2's partial
-value; its written-out stage2 formula equals kbrl.compute_reward(..., "stage2") on the server's
+value; its written-out stage2 formula equals kbrl.compute_reward(..., "kbrl_stage2") on the server's
 results; a wrong token is refused (HTTP 401, the example exits non-zero); RemoteEvaluator gets the
 same verdicts through the same server, and so does the TRL example given {"endpoints": URL} as its
 settings; SIGTERM ends the server with exit code 0.
@@ -84,7 +84,7 @@ def main():
             if not ok:
                 failures.append(f"the {kind} answer scored {line}")
 
-        # The example's formula is kbrl's stage2 preset, on the server's own results.
+        # The example's formula is kbrl's kbrl_stage2 preset, on the server's own results.
         requests = []
         for i, (problem, _, kind) in enumerate(cases):
             with open(os.path.join(problems, problem)) as f:
@@ -95,7 +95,7 @@ def main():
             failures.append(f"the stream answered {[r['request_id'] for r in results]}")
         for r in results:
             kind = cases[int(r["request_id"].split("-")[1])][2]
-            mine, kbrls = http_reward.stage2_reward(r), kbrl.compute_reward(r, answers[kind], "stage2")["total"]
+            mine, kbrls = http_reward.kbrl_stage2_reward(r), kbrl.compute_reward(r, answers[kind], "kbrl_stage2")["total"]
             if abs(mine - kbrls) > 1e-12:
                 failures.append(f"{kind}: the example's stage2 gives {mine}, kbrl's {kbrls}")
 
@@ -118,7 +118,7 @@ def main():
             failures.append(f"RemoteEvaluator's stats: {stats}")
         # The TRL example on the fleet: settings with endpoints, no change to its code.
         os.environ.update(KBRL_EVALUATOR_SETTINGS=json.dumps({"endpoints": url, "timing_trials": 5, "warmup_runs": 1}),
-                          KBRL_LANGUAGE="cpp", KBRL_REWARD="stage2", KBRL_EVALD_TOKEN="s3cret-token")
+                          KBRL_LANGUAGE="cpp", KBRL_REWARD="kbrl_stage2", KBRL_EVALD_TOKEN="s3cret-token")
         import trl_reward
         rewards = trl_reward.kernel_reward(prompts=["p", "p"], completions=[answers["correct"], answers["wrong"]],
                                            problem=[r["problem"] for r in requests])

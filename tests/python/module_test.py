@@ -235,27 +235,32 @@ class Rewards(unittest.TestCase):
 
     def test_presets_follow_the_documented_formulas(self):
         import kbrl
-        self.assertEqual(set(kbrl.RewardConfig.presets()), {"stage1", "stage2", "stage3", "kevin", "sparse"})
-        b = kbrl.compute_reward(self.RESULT, self.ANSWER, "stage2")
+        self.assertEqual(set(kbrl.RewardConfig.presets()), {"default", "stage1", "stage2", "stage3", "sparse", "kevin",
+                                                             "kbrl_stage1", "kbrl_stage2", "kbrl_stage3", "kbrl_sparse"})
+        # kernel_rl's stage 2: 0.1 format + 0.2 compiled + 0.7 * 1/4 trials + 0.05 * (a kernel of 26
+        # characters, under 500: 1)
+        self.assertAlmostEqual(kbrl.compute_reward(self.RESULT, self.ANSWER, "stage2")["total"], 0.1 + 0.2 + 0.7 * 0.25 + 0.05)
+        self.assertEqual(kbrl.RewardConfig().name, "default")
+        b = kbrl.compute_reward(self.RESULT, self.ANSWER, "kbrl_stage2")
         self.assertAlmostEqual(b["total"], 0.1 + 0.2 + 0.7 * 0.25)
         self.assertEqual(b["values"], {"format": 1.0, "compile": 1.0, "correctness": 0.25})
-        self.assertAlmostEqual(kbrl.compute_reward(self.RESULT, self.ANSWER, "stage1")["total"], 0.4 + 0.4 + 0.2 * 0.25)
-        no_kernel = kbrl.compute_reward(dict(self.RESULT, compiled=False, trials_passed=0), "no code here", "stage2")
+        self.assertAlmostEqual(kbrl.compute_reward(self.RESULT, self.ANSWER, "kbrl_stage1")["total"], 0.4 + 0.4 + 0.2 * 0.25)
+        no_kernel = kbrl.compute_reward(dict(self.RESULT, compiled=False, trials_passed=0), "no code here", "kbrl_stage2")
         self.assertEqual(no_kernel["total"], 0.0)
-        hack = kbrl.compute_reward(dict(self.RESULT, static_ok=False, error_category="static_check"), self.ANSWER, "stage2")
+        hack = kbrl.compute_reward(dict(self.RESULT, static_ok=False, error_category="static_check"), self.ANSWER, "kbrl_stage2")
         self.assertTrue(hack["zeroed_by_static_check"])
         self.assertEqual(hack["total"], 0.0)
 
     def test_config_from_a_mapping_and_its_round_trip(self):
         import kbrl
-        config = kbrl.RewardConfig({"preset": "stage2", "weights": {"format": 0.5}, "clip": {"max": 0.9}})
-        self.assertEqual(config.name, "stage2")
+        config = kbrl.RewardConfig({"preset": "kbrl_stage2", "weights": {"format": 0.5}, "clip": {"max": 0.9}})
+        self.assertEqual(config.name, "kbrl_stage2")
         b = config.breakdown(dict(self.RESULT, correctness=True, trials_passed=4), self.ANSWER)
         self.assertEqual((b["unclipped"], b["total"], b["clipped"]), (1.4, 0.9, True))
         self.assertEqual(kbrl.RewardConfig(config.to_dict()).to_dict(), config.to_dict())
         self.assertEqual(config.reward(self.RESULT, self.ANSWER), kbrl.compute_reward(self.RESULT, self.ANSWER, config)["total"])
         # the length term reads num_tokens
-        lengthy = kbrl.RewardConfig({"preset": "stage2", "weights": {"length": 1.0},
+        lengthy = kbrl.RewardConfig({"preset": "kbrl_stage2", "weights": {"length": 1.0},
                                      "length": {"target_tokens": 10, "limit_tokens": 20}})
         self.assertAlmostEqual(lengthy.breakdown(self.RESULT, self.ANSWER, num_tokens=15)["values"]["length"], -0.5)
         self.assertEqual(lengthy.breakdown(self.RESULT, self.ANSWER, num_tokens=5)["values"]["length"], 0.0)

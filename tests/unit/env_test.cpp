@@ -73,6 +73,7 @@ env::EnvOptions options() {
   env::EnvOptions o;
   o.prompt.language = core::KernelLanguage::cpp;
   o.max_turns = 3;
+  o.reward = reward::RewardConfig::preset("kbrl_stage1");  // 0 without a program (the default pays -0.1 format)
   return o;
 }
 
@@ -94,7 +95,7 @@ TEST_CASE("a single-turn env evaluates a program and scores it") {
   CHECK(r.done);
   CHECK_FALSE(r.next.has_value());
   CHECK(r.reward == reward::compute_reward(r.eval, r.completion, options().reward).total);
-  CHECK(r.reward == Catch::Approx(1.0));  // stage1: format, compile and every trial
+  CHECK(r.reward == Catch::Approx(1.0));  // kbrl_stage1: format, compile and every trial
   CHECK(r.metrics.at("kernel/correct") == 1);
   CHECK(r.metrics.at("kernel/speedup") == 2.0);
   CHECK(r.completion.thinking == "I will add them.");

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "catch.hpp"
@@ -86,45 +88,45 @@ bool contains(const std::string& haystack, const std::string& needle) {
 
 }  // namespace
 
-TEST_CASE("preset stage1 rewards format and compilation most") {
-  const auto c = RewardConfig::preset("stage1");
-  CHECK(c.name == "stage1");
+TEST_CASE("preset kbrl_stage1 rewards format and compilation most") {
+  const auto c = RewardConfig::preset("kbrl_stage1");
+  CHECK(c.name == "kbrl_stage1");
   CHECK(c.weights == std::map<std::string, double, std::less<>>{
                          {"format", 0.4}, {"compile", 0.4}, {"correctness", 0.2}});
   CHECK(c.correctness.partial_credit);
-  CHECK(reward_of("stage1", correct_eval(2.0)) == near(1.0));
-  CHECK(reward_of("stage1", partial_eval()) == near(0.4 + 0.4 + 0.2 * 0.6));
-  CHECK(reward_of("stage1", compile_failure()) == near(0.4));
-  CHECK(reward_of("stage1", compile_failure(), false) == 0.0);
+  CHECK(reward_of("kbrl_stage1", correct_eval(2.0)) == near(1.0));
+  CHECK(reward_of("kbrl_stage1", partial_eval()) == near(0.4 + 0.4 + 0.2 * 0.6));
+  CHECK(reward_of("kbrl_stage1", compile_failure()) == near(0.4));
+  CHECK(reward_of("kbrl_stage1", compile_failure(), false) == 0.0);
 }
 
-TEST_CASE("preset stage2 rewards correctness most") {
-  const auto c = RewardConfig::preset("stage2");
+TEST_CASE("preset kbrl_stage2 rewards correctness most") {
+  const auto c = RewardConfig::preset("kbrl_stage2");
   CHECK(c.weights == std::map<std::string, double, std::less<>>{
                          {"format", 0.1}, {"compile", 0.2}, {"correctness", 0.7}});
   CHECK(c.correctness.partial_credit);
-  CHECK(reward_of("stage2", correct_eval(2.0)) == near(1.0));
-  CHECK(reward_of("stage2", correct_eval(0.1)) == near(1.0));  // speed does not count
-  CHECK(reward_of("stage2", partial_eval()) == near(0.1 + 0.2 + 0.7 * 0.6));
-  CHECK(reward_of("stage2", compile_failure()) == near(0.1));
+  CHECK(reward_of("kbrl_stage2", correct_eval(2.0)) == near(1.0));
+  CHECK(reward_of("kbrl_stage2", correct_eval(0.1)) == near(1.0));  // speed does not count
+  CHECK(reward_of("kbrl_stage2", partial_eval()) == near(0.1 + 0.2 + 0.7 * 0.6));
+  CHECK(reward_of("kbrl_stage2", compile_failure()) == near(0.1));
 }
 
-TEST_CASE("preset stage3 rewards log speedup of correct kernels") {
-  const auto c = RewardConfig::preset("stage3");
+TEST_CASE("preset kbrl_stage3 rewards log speedup of correct kernels") {
+  const auto c = RewardConfig::preset("kbrl_stage3");
   CHECK(c.weights == std::map<std::string, double, std::less<>>{{"correctness", 0.3}, {"speed", 1.0}});
   CHECK(c.speed.formula == SpeedFormula::log_speedup);
   CHECK(c.speed.cap == 10.0);
   CHECK(c.speed.min_speedup == 1.0);
   CHECK(c.speed.require_correct);
   CHECK_FALSE(c.correctness.partial_credit);
-  CHECK(reward_of("stage3", correct_eval(2.0)) == near(1.3));
-  CHECK(reward_of("stage3", correct_eval(4.0)) == near(2.3));
-  CHECK(reward_of("stage3", correct_eval(0.5)) == near(0.3));  // slow but correct beats wrong
-  CHECK(reward_of("stage3", correct_eval(25.0)) == near(0.3 + std::log2(10.0)));
-  CHECK(reward_of("stage3", partial_eval()) == 0.0);
+  CHECK(reward_of("kbrl_stage3", correct_eval(2.0)) == near(1.3));
+  CHECK(reward_of("kbrl_stage3", correct_eval(4.0)) == near(2.3));
+  CHECK(reward_of("kbrl_stage3", correct_eval(0.5)) == near(0.3));  // slow but correct beats wrong
+  CHECK(reward_of("kbrl_stage3", correct_eval(25.0)) == near(0.3 + std::log2(10.0)));
+  CHECK(reward_of("kbrl_stage3", partial_eval()) == 0.0);
   auto fast_wrong = partial_eval();
   fast_wrong.speedup = 8.0;
-  CHECK(reward_of("stage3", fast_wrong) == 0.0);
+  CHECK(reward_of("kbrl_stage3", fast_wrong) == 0.0);
 }
 
 TEST_CASE("preset kevin is 0.3 correct plus speedup when correct") {
@@ -143,47 +145,54 @@ TEST_CASE("preset kevin is 0.3 correct plus speedup when correct") {
   CHECK(reward_of("kevin", compile_failure(), false) == 0.0);
 }
 
-TEST_CASE("preset sparse pays 1 only for correct kernels faster than the reference") {
-  CHECK(reward_of("sparse", correct_eval(1.01)) == 1.0);
-  CHECK(reward_of("sparse", correct_eval(30.0)) == 1.0);
-  CHECK(reward_of("sparse", correct_eval(1.0)) == 0.0);
-  CHECK(reward_of("sparse", correct_eval(0.7)) == 0.0);
+TEST_CASE("preset kbrl_sparse pays 1 only for correct kernels faster than the reference") {
+  CHECK(reward_of("kbrl_sparse", correct_eval(1.01)) == 1.0);
+  CHECK(reward_of("kbrl_sparse", correct_eval(30.0)) == 1.0);
+  CHECK(reward_of("kbrl_sparse", correct_eval(1.0)) == 0.0);
+  CHECK(reward_of("kbrl_sparse", correct_eval(0.7)) == 0.0);
   auto fast_wrong = partial_eval();
   fast_wrong.speedup = 3.0;
-  CHECK(reward_of("sparse", fast_wrong) == 0.0);
-  CHECK(reward_of("sparse", compile_failure()) == 0.0);
+  CHECK(reward_of("kbrl_sparse", fast_wrong) == 0.0);
+  CHECK(reward_of("kbrl_sparse", compile_failure()) == 0.0);
 }
 
-TEST_CASE("every preset zeroes statically rejected kernels") {
+TEST_CASE("every preset pays nothing for statically rejected kernels, except kernel_rl's own penalty") {
   auto hacked = correct_eval(40.0);
   hacked.static_ok = false;
   hacked.error_category = core::ErrorCategory::static_check;
   for (const auto& name : RewardConfig::preset_names()) {
     CAPTURE(name);
-    CHECK(reward_of(name, hacked) == 0.0);
     CHECK_NOTHROW(RewardConfig::preset(name).validate());
+    if (RewardConfig::preset(name).static_check_value) {
+      CHECK(reward_of(name, hacked) == 0.0);
+    } else {  // kernel_rl: its format and length terms, and -1 on the compile term for cheating
+      const auto b = compute_reward(hacked, completion(), RewardConfig::preset(name));
+      CHECK(b.values.at("compile") == -1.0);
+      CHECK(b.values.at("correctness") == 0.0);
+    }
   }
 }
 
 TEST_CASE("unknown preset names are rejected with the valid ones listed") {
-  CHECK(RewardConfig::preset_names() ==
-        std::vector<std::string>{"stage1", "stage2", "stage3", "kevin", "sparse"});
+  CHECK(RewardConfig::preset_names() == std::vector<std::string>{"default", "stage1", "stage2", "stage3", "sparse",
+                                                                  "kevin", "kbrl_stage1", "kbrl_stage2", "kbrl_stage3",
+                                                                  "kbrl_sparse"});
   CHECK_THROWS_WITH(RewardConfig::preset("stage4"),
-                    "unknown reward preset 'stage4' (valid presets: stage1, stage2, stage3, "
-                    "kevin, sparse)");
+                    "unknown reward preset 'stage4' (valid presets: default, stage1, stage2, stage3, sparse, kevin, "
+                    "kbrl_stage1, kbrl_stage2, kbrl_stage3, kbrl_sparse)");
   CHECK_THROWS_AS(RewardConfig::preset(""), core::InvalidArgument);
 }
 
 TEST_CASE("JSON overrides apply on top of a preset") {
-  const auto c = RewardConfig::from_json_text(R"({"preset": "stage2", "weights": {"speed": 0.5}})");
-  CHECK(c.name == "stage2");
+  const auto c = RewardConfig::from_json_text(R"({"preset": "kbrl_stage2", "weights": {"speed": 0.5}})");
+  CHECK(c.name == "kbrl_stage2");
   CHECK(c.weights == std::map<std::string, double, std::less<>>{
                          {"format", 0.1}, {"compile", 0.2}, {"correctness", 0.7}, {"speed", 0.5}});
   CHECK(c.correctness.partial_credit);  // kept from the preset
   CHECK(compute_reward(correct_eval(2.0), completion(), c).total == near(2.0));
 
   const auto d = RewardConfig::from_json_text(
-      R"({"preset": "stage3", "name": "s3-uncapped", "speed": {"cap": null},
+      R"({"preset": "kbrl_stage3", "name": "s3-uncapped", "speed": {"cap": null},
           "weights": {"format": 0.05}})");
   CHECK(d.name == "s3-uncapped");
   CHECK_FALSE(d.speed.cap.has_value());
@@ -241,7 +250,7 @@ TEST_CASE("JSON round trips exactly") {
     CHECK(RewardConfig::from_json(p.to_json()) == p);
     CHECK(boost::json::value_to<RewardConfig>(boost::json::value_from(p)) == p);
   }
-  RewardConfig c = RewardConfig::preset("stage3");
+  RewardConfig c = RewardConfig::preset("kbrl_stage3");
   c.name = "custom";
   c.weights["length"] = 0.25;
   c.weights["format"] = 0.0;
@@ -276,7 +285,7 @@ TEST_CASE("JSON errors name the field") {
       {R"({"weights": {"spede": 1}})", "weights.spede", "unknown reward term 'spede'"},
       {R"({"weights": {"format": "1"}})", "weights.format", "expected a number"},
       {R"({"weights": [1]})", "weights", "expected a JSON object"},
-      {R"({"preset": "stage9"})", "preset", "valid presets: stage1, stage2, stage3, kevin, sparse"},
+      {R"({"preset": "stage9"})", "preset", "valid presets: default, stage1, stage2, stage3, sparse, kevin"},
       {R"({"preset": 3})", "preset", "expected a string"},
       {R"({"preset": "kevin", "speed": {"formula": "cubic"}})", "speed.formula",
        "accepted: speedup, speedup_minus_one, log_speedup, indicator"},
@@ -369,13 +378,13 @@ TEST_CASE("load reads a config file and names it in errors") {
   const std::filesystem::path dir = std::filesystem::path(KBRL_TEST_TMP) / "reward_config_test";
   std::filesystem::create_directories(dir);
   const auto good = dir / "good.json";
-  std::ofstream(good) << R"({"preset": "stage3", "speed": {"cap": 4}})";
+  std::ofstream(good) << R"({"preset": "kbrl_stage3", "speed": {"cap": 4}})";
   const auto c = RewardConfig::load(good);
   CHECK(c.speed.cap == 4.0);
   CHECK(compute_reward(correct_eval(16.0), completion(), c).total == near(2.3));
 
   const auto bad = dir / "bad.json";
-  std::ofstream(bad) << R"({"preset": "stage3", "speed": {"formula": "fast"}})";
+  std::ofstream(bad) << R"({"preset": "kbrl_stage3", "speed": {"formula": "fast"}})";
   const Caught e = config_error([&] { (void)RewardConfig::load(bad); });
   CHECK(e.where == bad.string());
   CHECK(e.field == "speed.formula");
@@ -394,4 +403,143 @@ TEST_CASE("speed formula and return form names parse and print") {
   CHECK(parse_return_form("max") == ReturnForm::max);
   CHECK(to_string(ReturnForm::sum) == "sum");
   CHECK_THROWS_AS(parse_return_form("avg"), core::InvalidArgument);
+}
+
+namespace {
+
+// The Python kernel_rl project's reward (its training/reward.py, RewardConfig and the stage
+// presets), written out here as its own code computes it, to check kbrl's presets of the same
+// names against. `cheated` is its check for answers that only call PyTorch; kbrl's static checker
+// stands for it, and kbrl never runs such a candidate (not compiled, no trials).
+struct SeedResult {
+  bool format_ok = true, compiled = false, correct = false, cheated = false;
+  int passed = 0, total = 5;
+  std::optional<double> speedup;
+  int code_length = 0;
+};
+struct SeedConfig {
+  double format_w, compile_w, correctness_w, speed_w, length_w;
+  bool partial, sparse;
+};
+
+double seed_reward(const SeedResult& r, const SeedConfig& c) {
+  const auto speed = [&] {
+    if (!r.correct || !r.speedup || *r.speedup <= 0 || *r.speedup <= 1.0) return 0.0;
+    return std::min(0.5 * std::log2(*r.speedup / 1.0), 1.0);
+  };
+  const auto length = [&] {
+    if (r.code_length <= 500) return 1.0;
+    if (r.code_length >= 8000) return 0.0;
+    return 1.0 - static_cast<double>(r.code_length - 500) / (8000 - 500);
+  };
+  if (c.sparse) {
+    if (!(r.correct && !r.cheated)) return 0.0;
+    double base = 1.0;
+    if (c.speed_w > 0) base += c.speed_w * speed();
+    if (c.length_w > 0) base += c.length_w * length();
+    return base;
+  }
+  const double format = r.format_ok ? 1.0 : -0.1;
+  const double compile = r.cheated ? -1.0 : (r.compiled ? 1.0 : 0.0);
+  double correctness = 0.0;
+  if (r.compiled && r.total > 0)
+    correctness = c.partial ? static_cast<double>(r.passed) / r.total : (r.passed == r.total ? 1.0 : 0.0);
+  return c.format_w * format + c.compile_w * compile + c.correctness_w * correctness + c.speed_w * speed() +
+         c.length_w * length();
+}
+
+// The same outcome as kbrl's evaluator and answer parser report it.
+std::pair<core::EvalResult, core::Completion> as_kbrl(const SeedResult& r) {
+  core::EvalResult e;
+  e.format_ok = r.format_ok;
+  e.compiled = r.compiled;
+  e.correct = r.correct;
+  e.trials_passed = r.passed;
+  e.trials_total = r.compiled ? r.total : 0;
+  e.speedup = r.correct ? r.speedup : std::nullopt;
+  if (r.cheated) {
+    e.static_ok = false;
+    e.error_category = core::ErrorCategory::static_check;
+  } else if (!r.compiled) {
+    e.error_category = r.format_ok ? core::ErrorCategory::compile : core::ErrorCategory::format;
+  } else if (!r.correct) {
+    e.error_category = core::ErrorCategory::correctness;
+  }
+  core::Completion c;
+  c.format_ok = r.format_ok;
+  (r.format_ok ? c.kernel : c.text) = std::string(static_cast<std::size_t>(r.code_length), 'x');
+  return {e, c};
+}
+
+}  // namespace
+
+TEST_CASE("kernel_rl's presets give its reward exactly, outcome by outcome") {
+  const std::map<std::string, SeedConfig> seeds = {
+      {"default", {0.1, 0.2, 1.0, 0.0, 0.05, true, false}},
+      {"stage1", {0.3, 0.5, 0.2, 0.0, 0.05, true, false}},
+      {"stage2", {0.1, 0.2, 0.7, 0.0, 0.05, true, false}},
+      {"stage3", {0.05, 0.1, 0.5, 0.35, 0.05, false, false}},
+      {"sparse", {0.1, 0.2, 1.0, 0.5, 0.05, true, true}},
+  };
+  std::vector<SeedResult> outcomes;
+  outcomes.push_back({.format_ok = false, .code_length = 300});                     // no kernel found
+  outcomes.push_back({.format_ok = false, .code_length = 2400});                    // a long answer without one
+  outcomes.push_back({.code_length = 1200});                                         // does not compile
+  outcomes.push_back({.cheated = true, .code_length = 450});                         // only calls PyTorch
+  outcomes.push_back({.compiled = true, .passed = 3, .code_length = 600});           // 3 of 5 trials
+  outcomes.push_back({.compiled = true, .passed = 0, .code_length = 8000});          // wrong on every trial
+  for (const double s : {0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 10.0})
+    for (const int n : {200, 3750, 9000})
+      outcomes.push_back({.compiled = true, .correct = true, .passed = 5, .speedup = s, .code_length = n});
+  for (const auto& [name, seed] : seeds) {
+    const RewardConfig c = RewardConfig::preset(name);
+    for (const auto& r : outcomes) {
+      const auto [eval, answer] = as_kbrl(r);
+      const double want = seed_reward(r, seed);
+      CAPTURE(name, r.format_ok, r.compiled, r.correct, r.cheated, r.passed, r.code_length, r.speedup.value_or(-1));
+      CHECK(compute_reward(eval, answer, c).total == Approx(want).epsilon(1e-12).margin(1e-12));
+    }
+  }
+  // Hand-computed, as a reader checks them: stage 3, correct at 2x, 3750 characters:
+  // 0.05 + 0.1 + 0.5 + 0.35 * min(0.5 * log2(2), 1) + 0.05 * (1 - 3250 / 7500) = 0.8033...
+  const auto [eval, answer] = as_kbrl({.compiled = true, .correct = true, .passed = 5, .speedup = 2.0, .code_length = 3750});
+  CHECK(compute_reward(eval, answer, RewardConfig::preset("stage3")).total ==
+        near(0.05 + 0.1 + 0.5 + 0.35 * 0.5 + 0.05 * (1.0 - 3250.0 / 7500.0)));
+  // Sparse, correct at 10x (speed reward capped at 1), 200 characters: 1 + 0.5 + 0.05.
+  const auto [fast, short_answer] = as_kbrl({.compiled = true, .correct = true, .passed = 5, .speedup = 10.0, .code_length = 200});
+  CHECK(compute_reward(fast, short_answer, RewardConfig::preset("sparse")).total == near(1.55));
+}
+
+TEST_CASE("format, compile and code_length options and an unset static-check override read, validate and round-trip") {
+  const auto c = RewardConfig::from_json_text(R"({
+    "weights": {"format": 1, "compile": 1, "code_length": 1},
+    "format": {"fail_value": -0.25},
+    "compile": {"rejected_value": -2},
+    "code_length": {"min_chars": 10, "max_chars": 20, "require_correct": false},
+    "static_check_value": null
+  })");
+  CHECK(c.format.fail_value == -0.25);
+  CHECK(c.compile.rejected_value == -2.0);
+  CHECK(c.code_length.min_chars == 10);
+  CHECK_FALSE(c.static_check_value.has_value());
+  CHECK(RewardConfig::from_json(c.to_json()) == c);
+  // No kernel (format -0.25), 15 characters of answer (code_length 0.5); a rejected kernel of
+  // 5 characters: format 1, compile -2, code_length 1 (no override: the terms are computed).
+  core::Completion none;
+  none.text = std::string(15, 'y');
+  CHECK(compute_reward(core::EvalResult{}, none, c).total == near(-0.25 + 0.0 + 0.5));
+  core::EvalResult rejected;
+  rejected.static_ok = false;
+  core::Completion five;
+  five.format_ok = true;
+  five.kernel = "xxxxx";
+  const auto b = compute_reward(rejected, five, c);
+  CHECK_FALSE(b.zeroed_by_static_check);
+  CHECK(b.total == near(1.0 - 2.0 + 1.0));
+
+  CHECK(parse_error(R"({"preset": "kevin", "code_length": {"min_chars": 20, "max_chars": 20}})").field ==
+        "code_length.max_chars");
+  CHECK(parse_error(R"({"preset": "kevin", "code_length": {"min_chars": -1}})").field == "code_length.min_chars");
+  CHECK(parse_error(R"({"preset": "kevin", "format": {"penalty": -1}})").field == "format.penalty");
+  CHECK(parse_error(R"({"preset": "kevin", "compile": {"rejected_value": "low"}})").field == "compile.rejected_value");
 }

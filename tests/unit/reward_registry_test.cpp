@@ -120,7 +120,7 @@ TEST_CASE("lookup finds built-in and user terms") {
   CHECK(r.is_user_term("alpha"));
   CHECK_FALSE(r.is_user_term("speed"));
   CHECK(r.names() == std::vector<std::string>{"format", "compile", "correctness", "speed",
-                                              "length", "thinking", "alpha", "zeta"});
+                                              "length", "code_length", "thinking", "alpha", "zeta"});
   CHECK(r.user_names() == std::vector<std::string>{"alpha", "zeta"});
 
   RewardConfig c;
@@ -130,7 +130,7 @@ TEST_CASE("lookup finds built-in and user terms") {
   CHECK(r.lookup("alpha")(e, with_kernel(""), c) == 1.0);
   CHECK(invalid_argument([&] { (void)r.lookup("beta"); }) ==
         "unknown reward term 'beta' (known terms: format, compile, correctness, speed, length, "
-        "thinking, alpha, zeta)");
+        "code_length, thinking, alpha, zeta)");
 }
 
 TEST_CASE("user terms are weighted and summed with built-in ones") {

@@ -329,7 +329,7 @@ TEST_CASE("clip bounds the total and reports it") {
 }
 
 TEST_CASE("static check failures override every term") {
-  RewardConfig c = RewardConfig::preset("stage2");
+  RewardConfig c = RewardConfig::preset("kbrl_stage2");
   c.weights["speed"] = 1.0;
   const auto comp = good_completion();
   auto hacked = correct_eval(50.0);

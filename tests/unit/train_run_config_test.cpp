@@ -48,14 +48,14 @@ std::string read(const fs::path& p) {
 
 TEST_CASE("defaults and overrides with dotted keys") {
   const auto c = load_run_config(std::nullopt, {"log_path=runs/x", "dataset.batch_size=8", "lora.target_modules=[q_proj, v_proj]",
-                                                "dataset.levels=[1,2]", "reward.preset=stage2", "reward.weights.speed=0.5",
+                                                "dataset.levels=[1,2]", "reward.preset=kbrl_stage2", "reward.weights.speed=0.5",
                                                 "train.learning_rate=3e-5", "env.multi_turn=true"});
   CHECK(c.log_path == "runs/x");
   CHECK(c.dataset.batch_size == 8);
   CHECK(c.dataset.group_size == 4);
   CHECK(c.lora.target_modules == std::vector<std::string>{"q_proj", "v_proj"});
   CHECK(c.dataset.levels == std::vector<int>{1, 2});
-  CHECK(c.reward.name == "stage2");
+  CHECK(c.reward.name == "kbrl_stage2");
   CHECK(c.reward.weight("speed") == 0.5);
   CHECK(c.reward.weight("correctness") == 0.7);
   CHECK(c.train.learning_rate == 3e-5);
@@ -63,12 +63,12 @@ TEST_CASE("defaults and overrides with dotted keys") {
 }
 
 TEST_CASE("overrides win over the file and a preset name can be edited field by field") {
-  const auto yaml = write_yaml("base.yaml", "log_path: runs/a\ndataset:\n  batch_size: 2\n  group_size: 8\nreward: stage1\n");
+  const auto yaml = write_yaml("base.yaml", "log_path: runs/a\ndataset:\n  batch_size: 2\n  group_size: 8\nreward: kbrl_stage1\n");
   const auto c = load_run_config(yaml, {"dataset.batch_size=6", "reward.weights.length=0.25",
                                         "reward.length.target_tokens=10", "reward.length.limit_tokens=20"});
   CHECK(c.dataset.batch_size == 6);
   CHECK(c.dataset.group_size == 8);
-  CHECK(c.reward.name == "stage1");
+  CHECK(c.reward.name == "kbrl_stage1");
   CHECK(c.reward.weight("length") == 0.25);
   CHECK(c.reward.weight("format") == 0.4);
 }
@@ -100,9 +100,9 @@ TEST_CASE("errors name the place and the key") {
 TEST_CASE("the multi-turn discount has one owner: reward.multi_turn") {
   const auto c = load_run_config(std::nullopt, {"log_path=x", "env.multi_turn=true", "reward.multi_turn.gamma=0.9",
                                                 "reward.multi_turn.form=max"});
-  // An edit of the default reward (stage1), not a reward of its own.
-  CHECK(c.reward.name == "stage1");
-  CHECK(c.reward.weights == reward::RewardConfig::preset("stage1").weights);
+  // An edit of the default reward (kernel_rl's default), not a reward of its own.
+  CHECK(c.reward.name == "default");
+  CHECK(c.reward.weights == reward::RewardConfig::preset("default").weights);
   CHECK(c.reward.multi_turn.gamma == 0.9);
   CHECK(c.reward.multi_turn.form == reward::ReturnForm::max);
   CHECK(load_run_config(std::nullopt, {"log_path=x"}).reward.multi_turn.gamma == 0.4);
@@ -214,7 +214,7 @@ TEST_CASE("a key written twice in the file is an error naming both lines") {
   CHECK(has(nested_error, "already set at line 3"));
   // Deeper, inside the reward object, and with the key quoted the second time.
   const auto reward = write_yaml("dup_reward.yaml",
-                                 "log_path: runs/a\nreward:\n  preset: stage2\n  weights:\n    speed: 0.5\n    \"speed\": 0.7\n");
+                                 "log_path: runs/a\nreward:\n  preset: kbrl_stage2\n  weights:\n    speed: 0.5\n    \"speed\": 0.7\n");
   const auto reward_error = error_of(reward, {});
   CHECK(has(reward_error, "dup_reward.yaml:6"));
   CHECK(has(reward_error, "reward.weights.speed"));
@@ -233,7 +233,7 @@ TEST_CASE("a key that is a mapping or a list (or empty) is an error naming its p
   const auto nested_error = error_of(nested, {});
   CHECK(has(nested_error, "key_map.yaml:4"));
   CHECK(has(nested_error, "field 'dataset'"));
-  const auto reward = write_yaml("key_reward.yaml", "log_path: runs/a\nreward:\n  preset: stage2\n  weights:\n    ? [speed]\n    : 0.5\n");
+  const auto reward = write_yaml("key_reward.yaml", "log_path: runs/a\nreward:\n  preset: kbrl_stage2\n  weights:\n    ? [speed]\n    : 0.5\n");
   const auto reward_error = error_of(reward, {});
   CHECK(has(reward_error, "reward.weights: a key must be a name"));
   CHECK(has(error_of(write_yaml("key_empty.yaml", "log_path: runs/a\n: 1\n"), {}), "a key is empty"));

@@ -22,8 +22,30 @@ constexpr std::array<std::pair<std::string_view, SpeedFormula>, 4> kFormulas{{
     {"indicator", SpeedFormula::indicator},
 }};
 
-constexpr std::array<std::string_view, 5> kPresets{"stage1", "stage2", "stage3", "kevin",
-                                                   "sparse"};
+constexpr std::array<std::string_view, 10> kPresets{"default",     "stage1",      "stage2",      "stage3",
+                                                    "sparse",      "kevin",       "kbrl_stage1", "kbrl_stage2",
+                                                    "kbrl_stage3", "kbrl_sparse"};
+
+// The Python kernel_rl project's reward (its training/reward.py): format, compile, correctness,
+// speed and code-length terms with the given weights, its format penalty (-0.1) and cheating
+// penalty (-1, on the compile term; kbrl's static checker and runtime defenses stand for its
+// cheating check, and a rejected candidate still earns its format and length terms), and its
+// speed reward, 0.5 * log2(speedup) for correct kernels faster than the reference, at most 1:
+// the same as log2 of the speedup capped at 4, with the 0.5 folded into the weight.
+void kernel_rl_preset(RewardConfig& c, double format, double compile, double correctness, double speed,
+                      bool partial_credit) {
+  c.weights = {{"format", format}, {"compile", compile}, {"correctness", correctness}, {"code_length", 0.05}};
+  if (speed != 0.0) {
+    c.weights["speed"] = speed * 0.5;
+    c.speed.formula = SpeedFormula::log_speedup;
+    c.speed.cap = 4.0;
+    c.speed.min_speedup = 1.0;
+  }
+  c.correctness.partial_credit = partial_credit;
+  c.format.fail_value = -0.1;
+  c.compile.rejected_value = -1.0;
+  c.static_check_value = std::nullopt;
+}
 
 std::string describe_user_terms(const RewardRegistry& registry) {
   const auto users = registry.user_names();
@@ -137,8 +159,17 @@ void RewardConfig::validate(const RewardRegistry& registry, std::string_view whe
   if (thinking.min_chars < 0)
     fail("thinking.min_chars", fmt::format("must be >= 0 (got {})", thinking.min_chars));
 
-  if (!std::isfinite(static_check_value))
-    fail("static_check_value", fmt::format("must be a finite number (got {})", static_check_value));
+  if (static_check_value && !std::isfinite(*static_check_value))
+    fail("static_check_value", fmt::format("must be a finite number or null (got {})", *static_check_value));
+  if (!std::isfinite(format.fail_value))
+    fail("format.fail_value", fmt::format("must be a finite number (got {})", format.fail_value));
+  if (!std::isfinite(compile.rejected_value))
+    fail("compile.rejected_value", fmt::format("must be a finite number (got {})", compile.rejected_value));
+  if (code_length.min_chars < 0)
+    fail("code_length.min_chars", fmt::format("must be >= 0 (got {})", code_length.min_chars));
+  if (code_length.max_chars <= code_length.min_chars)
+    fail("code_length.max_chars", fmt::format("must be greater than min_chars ({} <= {})", code_length.max_chars,
+                                              code_length.min_chars));
 
   if (clip.min && !std::isfinite(*clip.min))
     fail("clip.min", fmt::format("must be a finite number (got {})", *clip.min));
@@ -183,16 +214,32 @@ std::vector<std::string> RewardConfig::preset_names() {
 RewardConfig RewardConfig::preset(std::string_view name) {
   RewardConfig c;
   c.name = std::string(name);
-  if (name == "stage1") {
+  if (name == "default") {  // kernel_rl's RewardConfig() and its run config's weights
+    kernel_rl_preset(c, 0.1, 0.2, 1.0, 0.0, true);
+  } else if (name == "stage1") {  // kernel_rl's get_stage1_config()
+    kernel_rl_preset(c, 0.3, 0.5, 0.2, 0.0, true);
+  } else if (name == "stage2") {  // get_stage2_config()
+    kernel_rl_preset(c, 0.1, 0.2, 0.7, 0.0, true);
+  } else if (name == "stage3") {  // get_stage3_config()
+    kernel_rl_preset(c, 0.05, 0.1, 0.5, 0.35, false);
+  } else if (name == "sparse") {
+    // get_sparse_config(): a correct kernel that passed the checks earns 1 + 0.5 * speed reward +
+    // 0.05 * length reward; anything else 0.
+    c.weights = {{"correctness", 1.0}, {"speed", 0.25}, {"code_length", 0.05}};
+    c.speed.formula = SpeedFormula::log_speedup;
+    c.speed.cap = 4.0;
+    c.speed.min_speedup = 1.0;
+    c.code_length.require_correct = true;
+  } else if (name == "kbrl_stage1") {
     // Learning to answer with a kernel that builds: format and compile carry 80% of the reward,
     // and partial correctness keeps a gradient towards the next stage.
     c.weights = {{"format", 0.4}, {"compile", 0.4}, {"correctness", 0.2}};
     c.correctness.partial_credit = true;
-  } else if (name == "stage2") {
+  } else if (name == "kbrl_stage2") {
     // Kernels build; now make them right.
     c.weights = {{"format", 0.1}, {"compile", 0.2}, {"correctness", 0.7}};
     c.correctness.partial_credit = true;
-  } else if (name == "stage3") {
+  } else if (name == "kbrl_stage3") {
     // Correct kernels are the entry ticket; speed dominates. log2 keeps a 10x outlier from
     // drowning the group's advantages, and min_speedup 1 keeps a slow correct kernel (0.3)
     // above a wrong one (0).
@@ -204,7 +251,7 @@ RewardConfig RewardConfig::preset(std::string_view name) {
     // Kevin-32B: 0.3 * 1[correct] + speedup * 1[correct], discounted sum with gamma 0.4.
     c.weights = {{"correctness", 0.3}, {"speed", 1.0}};
     c.speed.formula = SpeedFormula::speedup;
-  } else if (name == "sparse") {
+  } else if (name == "kbrl_sparse") {
     // 1 only for a correct kernel faster than the reference.
     c.weights = {{"speed", 1.0}};
     c.speed.formula = SpeedFormula::indicator;

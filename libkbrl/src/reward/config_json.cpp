@@ -23,6 +23,27 @@ namespace json = boost::json;
 
 namespace {
 
+void read_format(const core::JsonReader& r, const json::value& v, FormatOptions& o) {
+  const auto& obj = r.object(v, "format");
+  r.only_keys(obj, "format", {"fail_value"});
+  if (auto* x = obj.if_contains("fail_value")) o.fail_value = r.number(*x, "format.fail_value");
+}
+
+void read_compile(const core::JsonReader& r, const json::value& v, CompileOptions& o) {
+  const auto& obj = r.object(v, "compile");
+  r.only_keys(obj, "compile", {"rejected_value"});
+  if (auto* x = obj.if_contains("rejected_value")) o.rejected_value = r.number(*x, "compile.rejected_value");
+}
+
+void read_code_length(const core::JsonReader& r, const json::value& v, CodeLengthOptions& o) {
+  const auto& obj = r.object(v, "code_length");
+  r.only_keys(obj, "code_length", {"min_chars", "max_chars", "require_correct"});
+  if (auto* x = obj.if_contains("min_chars")) o.min_chars = r.integer(*x, "code_length.min_chars");
+  if (auto* x = obj.if_contains("max_chars")) o.max_chars = r.integer(*x, "code_length.max_chars");
+  if (auto* x = obj.if_contains("require_correct"))
+    o.require_correct = r.boolean(*x, "code_length.require_correct");
+}
+
 void read_correctness(const core::JsonReader& r, const json::value& v, CorrectnessOptions& o) {
   const auto& obj = r.object(v, "correctness");
   r.only_keys(obj, "correctness", {"partial_credit"});
@@ -93,8 +114,8 @@ RewardConfig RewardConfig::from_json(const json::value& jv, std::string_view whe
   }
   const auto& obj = r.object(jv, "");
   r.only_keys(obj, "",
-              {"preset", "name", "weights", "correctness", "speed", "length", "thinking",
-               "static_check_value", "clip", "multi_turn", "params"});
+              {"preset", "name", "weights", "format", "compile", "correctness", "speed", "length", "code_length",
+               "thinking", "static_check_value", "clip", "multi_turn", "params"});
 
   RewardConfig c;
   if (auto* x = obj.if_contains("preset")) {
@@ -112,12 +133,15 @@ RewardConfig RewardConfig::from_json(const json::value& jv, std::string_view whe
       c.weights[term] = r.number(kv.value(), "weights." + term);
     }
   }
+  if (auto* x = obj.if_contains("format")) read_format(r, *x, c.format);
+  if (auto* x = obj.if_contains("compile")) read_compile(r, *x, c.compile);
   if (auto* x = obj.if_contains("correctness")) read_correctness(r, *x, c.correctness);
   if (auto* x = obj.if_contains("speed")) read_speed(r, *x, c.speed);
   if (auto* x = obj.if_contains("length")) read_length(r, *x, c.length);
+  if (auto* x = obj.if_contains("code_length")) read_code_length(r, *x, c.code_length);
   if (auto* x = obj.if_contains("thinking")) read_thinking(r, *x, c.thinking);
   if (auto* x = obj.if_contains("static_check_value"))
-    c.static_check_value = r.number(*x, "static_check_value");
+    c.static_check_value = r.optional_number(*x, "static_check_value");
   if (auto* x = obj.if_contains("clip")) read_clip(r, *x, c.clip);
   if (auto* x = obj.if_contains("multi_turn")) read_multi_turn(r, *x, c.multi_turn);
   if (auto* x = obj.if_contains("params")) {
@@ -153,6 +177,8 @@ json::value RewardConfig::to_json() const {
   return json::object{
       {"name", name},
       {"weights", std::move(w)},
+      {"format", {{"fail_value", format.fail_value}}},
+      {"compile", {{"rejected_value", compile.rejected_value}}},
       {"correctness", {{"partial_credit", correctness.partial_credit}}},
       {"speed",
        {{"formula", to_string(speed.formula)},
@@ -163,8 +189,12 @@ json::value RewardConfig::to_json() const {
        {{"target_tokens", optional_value(length.target_tokens)},
         {"limit_tokens", optional_value(length.limit_tokens)},
         {"penalize_truncated", length.penalize_truncated}}},
+      {"code_length",
+       {{"min_chars", code_length.min_chars},
+        {"max_chars", code_length.max_chars},
+        {"require_correct", code_length.require_correct}}},
       {"thinking", {{"min_chars", thinking.min_chars}, {"required", thinking.required}}},
-      {"static_check_value", static_check_value},
+      {"static_check_value", optional_value(static_check_value)},
       {"clip", {{"min", optional_value(clip.min)}, {"max", optional_value(clip.max)}}},
       {"multi_turn", {{"gamma", multi_turn.gamma}, {"form", to_string(multi_turn.form)}}},
       {"params", std::move(p)},

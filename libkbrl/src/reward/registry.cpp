@@ -15,8 +15,8 @@ namespace kbrl::reward {
 
 namespace {
 
-constexpr std::array<std::string_view, 6> kBuiltinTerms{"format", "compile", "correctness",
-                                                        "speed",  "length",  "thinking"};
+constexpr std::array<std::string_view, 7> kBuiltinTerms{"format", "compile",     "correctness", "speed",
+                                                        "length", "code_length", "thinking"};
 // RewardBreakdown::metrics writes these next to the terms; a term of the same name would clash.
 constexpr std::array<std::string_view, 4> kMetricNames{"total", "unclipped", "clipped",
                                                        "static_zeroed"};
@@ -52,6 +52,7 @@ RewardRegistry::RewardRegistry() {
   terms_.emplace("correctness", Entry{&correctness_term, {}, true});
   terms_.emplace("speed", Entry{&speed_term, {}, true});
   terms_.emplace("length", Entry{&length_term, {}, true});
+  terms_.emplace("code_length", Entry{&code_length_term, {}, true});
   terms_.emplace("thinking", Entry{&thinking_term, {}, true});
 }
 

@@ -14,9 +14,9 @@ namespace kbrl::reward {
 RewardBreakdown compute_reward(const core::EvalResult& eval, const core::Completion& completion,
                                const RewardConfig& config, const RewardRegistry& registry) {
   RewardBreakdown out;
-  if (is_static_check_failure(eval)) {
+  if (config.static_check_value && is_static_check_failure(eval)) {
     out.zeroed_by_static_check = true;
-    out.total = out.unclipped = config.static_check_value;
+    out.total = out.unclipped = *config.static_check_value;
     return out;
   }
   double sum = 0.0;

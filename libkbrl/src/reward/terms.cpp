@@ -62,16 +62,20 @@ double apply_speed_formula(SpeedFormula formula, double s) noexcept {
 }
 
 double format_term(const core::EvalResult&, const core::Completion& completion,
-                   const RewardConfig&) {
-  return completion.format_ok ? 1.0 : 0.0;
+                   const RewardConfig& config) {
+  return completion.format_ok ? 1.0 : config.format.fail_value;
 }
 
-double compile_term(const core::EvalResult& eval, const core::Completion&, const RewardConfig&) {
+// A rejected candidate reaches the terms only when static_check_value is unset: it then earns
+// compile.rejected_value on the compile term and nothing for correctness or speed.
+double compile_term(const core::EvalResult& eval, const core::Completion&, const RewardConfig& config) {
+  if (is_static_check_failure(eval)) return config.compile.rejected_value;
   return eval.compiled ? 1.0 : 0.0;
 }
 
 double correctness_term(const core::EvalResult& eval, const core::Completion&,
                         const RewardConfig& config) {
+  if (is_static_check_failure(eval)) return 0.0;
   if (eval.correct) return 1.0;
   if (!config.correctness.partial_credit || eval.trials_total <= 0) return 0.0;
   const double fraction =
@@ -82,6 +86,7 @@ double correctness_term(const core::EvalResult& eval, const core::Completion&,
 double speed_term(const core::EvalResult& eval, const core::Completion&,
                   const RewardConfig& config) {
   const SpeedOptions& o = config.speed;
+  if (is_static_check_failure(eval)) return 0.0;
   if (o.require_correct && !eval.correct) return 0.0;
   const std::optional<double> measured = measured_speedup(eval);
   if (!measured) return 0.0;
@@ -102,6 +107,17 @@ double length_term(const core::EvalResult&, const core::Completion& completion,
                       static_cast<double>(*o.limit_tokens - *o.target_tokens);
   if (over <= 0.0) return 0.0;  // not -0.0, which would print as "-0" in logs
   return -std::min(over, 1.0);
+}
+
+double code_length_term(const core::EvalResult& eval, const core::Completion& completion,
+                        const RewardConfig& config) {
+  const CodeLengthOptions& o = config.code_length;
+  if (o.require_correct && (!eval.correct || is_static_check_failure(eval))) return 0.0;
+  // The candidate's code; without one, the whole answer (what kernel_rl measures then).
+  const int n = trimmed_code_points(completion.kernel.empty() ? completion.text : completion.kernel);
+  if (n <= o.min_chars) return 1.0;
+  if (n >= o.max_chars) return 0.0;
+  return 1.0 - static_cast<double>(n - o.min_chars) / static_cast<double>(o.max_chars - o.min_chars);
 }
 
 double thinking_term(const core::EvalResult&, const core::Completion& completion,

@@ -21,7 +21,7 @@ namespace kbrl::env {
 struct EnvOptions {
   prompt::PromptOptions prompt;  // its language and precision are the requests' too
   core::EvalOptions eval;
-  reward::RewardConfig reward = reward::RewardConfig::preset("stage1");
+  reward::RewardConfig reward = reward::RewardConfig::preset("default");
   const reward::RewardRegistry* registry = nullptr;  // null: reward::default_registry()
   // Multi-turn only (KernelBenchEnv is one turn whatever these say).
   int max_turns = 4;

@@ -30,6 +30,19 @@ std::string_view to_string(SpeedFormula f) noexcept;
 // Throws core::InvalidArgument listing the accepted names.
 SpeedFormula parse_speed_formula(std::string_view name);
 
+struct FormatOptions {
+  // The format term's value when no candidate was found (kernel_rl's format penalty: -0.1).
+  double fail_value = 0.0;
+  friend bool operator==(const FormatOptions&, const FormatOptions&) = default;
+};
+
+struct CompileOptions {
+  // With static_check_value unset (no override), the compile term's value for a candidate the
+  // static checker or a runtime defense rejected (kernel_rl's cheating penalty: -1).
+  double rejected_value = 0.0;
+  friend bool operator==(const CompileOptions&, const CompileOptions&) = default;
+};
+
 struct CorrectnessOptions {
   // When not fully correct, score trials_passed / trials_total instead of 0.
   bool partial_credit = false;
@@ -56,6 +69,16 @@ struct LengthOptions {
   // A completion cut off by the token limit scores -1 whatever its length.
   bool penalize_truncated = false;
   friend bool operator==(const LengthOptions&, const LengthOptions&) = default;
+};
+
+struct CodeLengthOptions {
+  // The candidate's code (code points): 1 up to min_chars, 0 from max_chars on, linear between
+  // (kernel_rl's tie-break between otherwise equal answers: 500 and 8000).
+  int min_chars = 500;
+  int max_chars = 8000;
+  // Only fully correct kernels earn it.
+  bool require_correct = false;
+  friend bool operator==(const CodeLengthOptions&, const CodeLengthOptions&) = default;
 };
 
 struct ThinkingOptions {
@@ -85,13 +108,17 @@ struct RewardConfig {
   std::string name;
   // term name -> weight. Terms absent or with weight 0 are not computed at all.
   std::map<std::string, double, std::less<>> weights;
+  FormatOptions format;
+  CompileOptions compile;
   CorrectnessOptions correctness;
   SpeedOptions speed;
   LengthOptions length;
+  CodeLengthOptions code_length;
   ThinkingOptions thinking;
   // The total when the static checker rejected the candidate (or a runtime defense caught a
-  // reward hack): replaces every term and is not clipped.
-  double static_check_value = 0.0;
+  // reward hack): replaces every term and is not clipped. Unset: the terms are computed, the
+  // compile term is compile.rejected_value and correctness and speed are 0.
+  std::optional<double> static_check_value = 0.0;
   ClipOptions clip;
   MultiTurnOptions multi_turn;
   // Options of user terms: term name -> JSON object, read by the term through param_*().
@@ -115,7 +142,9 @@ struct RewardConfig {
   void validate(const RewardRegistry& registry = default_registry(),
                 std::string_view where = "reward config") const;
 
-  // stage1, stage2, stage3, kevin, sparse. Unknown names throw core::InvalidArgument listing them.
+  // The Python projects' presets under their names (default, stage1, stage2, stage3, sparse:
+  // kernel_rl; kevin: Kevin-32B) and kbrl's own (kbrl_stage1, kbrl_stage2, kbrl_stage3,
+  // kbrl_sparse); docs/rewards.md. Unknown names throw core::InvalidArgument listing them.
   static RewardConfig preset(std::string_view name);
   static std::vector<std::string> preset_names();
 

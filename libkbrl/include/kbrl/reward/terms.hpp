@@ -39,6 +39,8 @@ double length_term(const core::EvalResult& eval, const core::Completion& complet
                    const RewardConfig& config);
 // 1 with a thinking block of at least thinking.min_chars code points; otherwise -1 when
 // thinking.required, else 0.
+double code_length_term(const core::EvalResult& eval, const core::Completion& completion,
+                        const RewardConfig& config);
 double thinking_term(const core::EvalResult& eval, const core::Completion& completion,
                      const RewardConfig& config);
 

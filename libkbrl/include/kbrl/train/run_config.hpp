@@ -95,7 +95,7 @@ struct RunConfig {
   eval::EvaluatorSettings evaluator = eval::default_evaluator_settings(eval::SettingsProfile::training);
   EnvSection env;
   TrainSection train;
-  reward::RewardConfig reward = reward::RewardConfig::preset("stage1");
+  reward::RewardConfig reward = reward::RewardConfig::preset("default");
   int eval_every = 0;  // steps between held-out evaluations; 0: none
   int save_every = 1;  // steps between checkpoints (the last step and a stop always save)
 };
