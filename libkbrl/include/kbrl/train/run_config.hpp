@@ -36,7 +36,7 @@ struct DatasetSection {
   std::vector<int> levels;  // empty: all
   std::vector<std::string> include;  // globs on names or ids: keep what matches any (empty: all)
   std::vector<std::string> exclude;  // globs on names or ids: then drop what matches any
-  double eval_fraction = 0.2;
+  double eval_fraction = 0.1;
   int batch_size = 4;
   int group_size = 4;
   int num_epochs = 1;
@@ -51,7 +51,7 @@ struct PromptSection {
   std::string hardware;
 };
 struct SamplingSection {
-  int max_tokens = 1024;
+  int max_tokens = 4096;
   double temperature = 1.0;
   double top_p = 1.0;
   int top_k = 0;
@@ -71,7 +71,7 @@ struct TrainSection {
   double clip_low = 0.8;  // ratio bounds for ppo and cispo
   double clip_high = 1.2;
   std::string normalization = "token_mean";
-  double learning_rate = 1e-5;
+  double learning_rate = 1e-4;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
   int num_substeps = 1;
   int micro_batch_tokens = 8192;
