@@ -132,6 +132,7 @@ struct GenerationsCommand {
   std::string problems;
   int level = 0;
   std::string run;
+  std::string layout = "current";  // of eval_results.json
   RequestOptions request;
 };
 
@@ -253,20 +254,13 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
     if (g_interrupted) std::cerr << fmt::format("interrupted: {} evaluations not finished; run again to resume\n", pending.size());
   }
 
-  // KernelBench's eval_results.json: problem id -> sample id -> result.
-  json::object kb;
+  // KernelBench's eval_results.json (eval::kernelbench_results: the current layout or, with
+  // --results-layout legacy, the older one).
   std::vector<core::EvalResult> all;
-  for (const auto& [key, r] : done) {
-    json::value v = json::value_from(r);
-    v.as_object()["sample_id"] = key.second;
-    json::value& samples = kb[std::to_string(key.first)];  // null when this problem is new
-    if (!samples.is_object()) samples.emplace_object();
-    samples.as_object()[std::to_string(key.second)] = std::move(v);
-    all.push_back(r);
-  }
+  for (const auto& [key, r] : done) all.push_back(r);
   {
     std::ofstream out(run_dir / "eval_results.json", std::ios::trunc);
-    out << json::serialize(kb) << "\n";
+    out << json::serialize(eval::kernelbench_results(done, eval::parse_kernelbench_layout(g.layout))) << "\n";
   }
   const auto summary = eval::summarize(all);
   write_summary(summary, g.request.summary_json, run_dir / "eval_summary.json");
@@ -349,6 +343,11 @@ void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
       ->required()
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--run", g.run, "the folder of generations and results")->required()->type_name("DIR");
+  cmd.add_option("--results-layout", g.layout,
+                 "eval_results.json as KernelBench writes it now (current: problem -> [results with sample_id]) or "
+                 "as it did before (legacy: problem -> sample -> result)")
+      ->check(CLI::IsMember({"current", "legacy"}))
+      ->capture_default_str();
 }
 
 }  // namespace

@@ -315,7 +315,8 @@ TEST_CASE("kbrl-eval generations gives every example solution its expected verdi
     check_verdict(file, want, it->second, work_dir);
   }
 
-  // eval_results.json: KernelBench's layout, problem -> sample -> result, the same verdicts.
+  // eval_results.json: KernelBench's current layout, problem -> [results with sample_id], the
+  // same verdicts.
   const json::value kb = core::parse_json(read_text(run_dir / "eval_results.json"));
   REQUIRE(kb.is_object());
   std::size_t kb_count = 0;
@@ -325,13 +326,15 @@ TEST_CASE("kbrl-eval generations gives every example solution its expected verdi
     INFO(file << " in eval_results.json");
     const auto* problem = kb.as_object().if_contains(m[1].str());
     REQUIRE(problem != nullptr);
-    const auto* sample = problem->as_object().if_contains(m[2].str());
+    REQUIRE(problem->is_array());
+    const json::object* sample = nullptr;
+    for (const auto& entry : problem->as_array())
+      if (entry.as_object().at("sample_id").to_number<int>() == std::stoi(m[2])) sample = &entry.as_object();
     REQUIRE(sample != nullptr);
-    CHECK(sample->as_object().at("correctness").as_bool() == r.correct);
-    CHECK(sample->as_object().at("compiled").as_bool() == r.compiled);
-    CHECK(sample->as_object().at("sample_id").to_number<int>() == std::stoi(m[2]));
+    CHECK(sample->at("correctness").as_bool() == r.correct);
+    CHECK(sample->at("compiled").as_bool() == r.compiled);
   }
-  for (const auto& [problem, samples] : kb.as_object()) kb_count += samples.as_object().size();
+  for (const auto& [problem, samples] : kb.as_object()) kb_count += samples.as_array().size();
   CHECK(kb_count == files.size());
 
   // eval_summary.json: counts that agree with the results.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/core/json.hpp"
 
 namespace kbrl::eval {
 
@@ -115,6 +116,30 @@ std::string format_summary(const EvalSummary& s) {
   if (!s.by_static_rule.empty()) {
     out += "  static-check findings:\n";
     for (const auto& [k, v] : s.by_static_rule) out += fmt::format("    {:<22} {}\n", k, v);
+  }
+  return out;
+}
+
+KernelBenchLayout parse_kernelbench_layout(std::string_view name) {
+  if (name == "current") return KernelBenchLayout::current;
+  if (name == "legacy") return KernelBenchLayout::legacy;
+  throw core::InvalidArgument(fmt::format("unknown eval_results.json layout '{}' (current, legacy)", name));
+}
+
+boost::json::object kernelbench_results(const std::map<std::pair<int, int>, core::EvalResult>& results,
+                                        KernelBenchLayout layout) {
+  boost::json::object out;
+  for (const auto& [key, r] : results) {  // (problem, sample) order
+    boost::json::value v = boost::json::value_from(r);
+    v.as_object()["sample_id"] = key.second;
+    boost::json::value& problem = out[std::to_string(key.first)];  // null when new
+    if (layout == KernelBenchLayout::current) {
+      if (!problem.is_array()) problem.emplace_array();
+      problem.as_array().push_back(std::move(v));
+    } else {
+      if (!problem.is_object()) problem.emplace_object();
+      problem.as_object()[std::to_string(key.second)] = std::move(v);
+    }
   }
   return out;
 }

@@ -6,6 +6,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/json/value.hpp>
@@ -42,6 +44,16 @@ EvalSummary summarize(const std::vector<core::EvalResult>& results, std::vector<
                       const std::vector<double>& fast_p_thresholds = default_fast_p_thresholds());
 
 boost::json::value to_json_value(const EvalSummary& summary);
+
+// KernelBench's eval_results.json, for results keyed by (problem number, sample id). `current`:
+// what KernelBench's eval_from_generations.py writes today and its benchmark_eval_analysis.py
+// reads, problem -> [result with "sample_id", ...] in sample order, problems in number order;
+// `legacy`: the older problem -> sample -> result. Each result is EvalResult's JSON with its
+// "sample_id" (KernelBench's compiled, correctness, runtime, runtime_stats, metadata among them).
+enum class KernelBenchLayout { current, legacy };
+KernelBenchLayout parse_kernelbench_layout(std::string_view name);  // throws core::InvalidArgument
+boost::json::object kernelbench_results(const std::map<std::pair<int, int>, core::EvalResult>& results,
+                                        KernelBenchLayout layout = KernelBenchLayout::current);
 // A plain-text table for terminals and logs.
 std::string format_summary(const EvalSummary& summary);
 
