@@ -74,7 +74,7 @@ fit=(model.path="$work/model-fit" model.device=cuda:0 model.dtype=fp32 dataset.p
 cp "$work/adapter/fit.json" "$out/fit.json"
 run=("${fit[@]}" lora.init_adapter="$work/adapter" dataset.group_size=4 dataset.max_steps="$async_steps"
      sampling.max_tokens=1536 sampling.temperature=0.7 sampling.groups_per_call=1 evaluator.timing_trials=20
-     train.learning_rate=1e-5 train.remove_constant_reward_groups=false reward.preset=stage2)
+     train.learning_rate=1e-5 train.remove_constant_reward_groups=false reward.preset=kbrl_stage2)
 for k in 0 1; do
   "$train" examples/configs/single_turn.yaml "${run[@]}" train.max_steps_off_policy=$k log_path="$work/async-$k" \
     2> "$out/async-$k.log"
