@@ -414,7 +414,7 @@ namespace {
 struct SeedResult {
   bool format_ok = true, compiled = false, correct = false, cheated = false;
   int passed = 0, total = 5;
-  std::optional<double> speedup;
+  std::optional<double> speedup{};
   int code_length = 0;
 };
 struct SeedConfig {
