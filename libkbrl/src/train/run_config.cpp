@@ -623,7 +623,7 @@ std::string config_reference_markdown() {
     for (char ch : e.doc) doc += ch == '|' ? std::string("\\|") : std::string(1, ch);
     out += fmt::format("| `{}` | `{}` | {} |\n", e.key, d, doc);
   }
-  out += "| `reward` | `" + RunConfig{}.reward.name +
+  out += "| `reward` | `" + defaults.reward.name +
          "` | a preset name or a reward object (docs/rewards.md; `default` is kernel_rl's default reward); "
          "`reward.<field>=...` edits one field |\n";
   // The reward's own fields are documented in docs/rewards.md; these two also drive training.

@@ -37,10 +37,13 @@ double speed_term(const core::EvalResult& eval, const core::Completion& completi
 // -clamp((n - target) / (limit - target), 0, 1) for n tokens when the bounds are set, else 0.
 double length_term(const core::EvalResult& eval, const core::Completion& completion,
                    const RewardConfig& config);
-// 1 with a thinking block of at least thinking.min_chars code points; otherwise -1 when
-// thinking.required, else 0.
+// In [0, 1]: 1 up to code_length.min_chars code points of the candidate's code (of the whole
+// answer when none was found), 0 from max_chars on, linear between; 0 for a wrong or rejected
+// kernel with code_length.require_correct.
 double code_length_term(const core::EvalResult& eval, const core::Completion& completion,
                         const RewardConfig& config);
+// 1 with a thinking block of at least thinking.min_chars code points; otherwise -1 when
+// thinking.required, else 0.
 double thinking_term(const core::EvalResult& eval, const core::Completion& completion,
                      const RewardConfig& config);
 
