@@ -427,6 +427,35 @@ def child_compile(job, torch):
     return done({"status": "ok"})
 
 
+def held_tensors(torch, device_type="cuda", limit=6):
+    """What live tensors hold on devices of `device_type`, largest first, in one line: put in an
+    out-of-memory message, it tells a problem too big for the device from memory the harness
+    kept. Storages shared by views count once."""
+    import gc
+
+    seen = set()
+    groups = {}
+    tensor = torch.Tensor
+    for obj in gc.get_objects():
+        try:  # by type: isinstance reads __class__, which some objects warn about
+            if not issubclass(type(obj), tensor) or obj.device.type != device_type:
+                continue
+            storage = obj.untyped_storage()
+            if storage.data_ptr() in seen:
+                continue
+            seen.add(storage.data_ptr())
+            key = "{} {}".format(tuple(obj.shape), str(obj.dtype).replace("torch.", ""))
+            n, size = groups.get(key, (0, 0))
+            groups[key] = (n + 1, size + storage.nbytes())
+        except Exception:  # a tensor subclass or a freed storage: not counted
+            continue
+    total = sum(size for _, size in groups.values())
+    top = sorted(groups.items(), key=lambda kv: -kv[1][1])[:limit]
+    return "live {} tensors: {} storages, {:.2f} GiB ({})".format(
+        device_type, len(seen), total / 2**30,
+        "; ".join("{} x {}: {:.2f} GiB".format(n, key, size / 2**30) for key, (n, size) in top) or "none")
+
+
 def last_frames(exc, limit=3):
     frames = traceback.extract_tb(exc.__traceback__)[-limit:]
     return "".join(traceback.format_list(frames))
@@ -1207,7 +1236,11 @@ def child_run(job, torch, h):
         r.release()
     except BaseException as exc:
         name, msg = exception_message(exc)
-        return failure("internal", "reference failed: " + msg + "\n" + last_frames(exc), **result)
+        if r.is_cuda and is_oom(exc):
+            # Where the memory went (the failed frames still hold their tensors) and which step
+            # of the harness asked: the problem's own size or memory the harness kept.
+            msg += "\n" + held_tensors(torch)
+        return failure("internal", "reference failed: " + msg + "\n" + last_frames(exc, 6), **result)
     timings["reference"] = time.monotonic() - t_start - timings["setup"] - checks_in_reference
     if job["measure_performance"]:
         timings["timing_checks"] = checks_in_reference
