@@ -1,14 +1,19 @@
 // Include this instead of a Catch2 header: it works with Catch2 2.x and 3.x.
 #pragma once
 #include <iostream>
+#include <string>
 
 #if defined(KBRL_CATCH3)
 #include <catch2/catch_all.hpp>
 #else
 #include <catch2/catch.hpp>
-// Catch2 3 spells it Catch::Approx; give 2.x the same name.
+// Catch2 3 spells them Catch::Approx and Matchers::ContainsSubstring (its Contains is the
+// vector matcher); give 2.x the same names.
 namespace Catch {
 using Detail::Approx;
+namespace Matchers {
+inline auto ContainsSubstring(const std::string& text) { return Contains(text); }
+}  // namespace Matchers
 }  // namespace Catch
 #endif
 

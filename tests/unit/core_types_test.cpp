@@ -104,12 +104,12 @@ TEST_CASE("parse_json reads every double back exactly as to_json wrote it") {
   CHECK(a.at(4).as_double() == 0.0);  // below the smallest double
   // Beyond the largest: no double holds it, and infinity would serialize as invalid JSON (found
   // by fuzzing: a result read from such text could not be written back).
-  CHECK_THROWS_WITH(parse_json("[1e400]"), Catch::Matchers::Contains("malformed JSON"));
-  CHECK_THROWS_WITH(parse_json("{\"x\": -1.6E520}"), Catch::Matchers::Contains("malformed JSON"));
+  CHECK_THROWS_WITH(parse_json("[1e400]"), Catch::Matchers::ContainsSubstring("malformed JSON"));
+  CHECK_THROWS_WITH(parse_json("{\"x\": -1.6E520}"), Catch::Matchers::ContainsSubstring("malformed JSON"));
   CHECK(a.at(5).as_string() == "x");
   CHECK(v.at("b").as_object().empty());
-  CHECK_THROWS_WITH(parse_json("{} x"), Catch::Matchers::Contains("malformed JSON"));
-  CHECK_THROWS_WITH(parse_json("[1,"), Catch::Matchers::Contains("malformed JSON"));
+  CHECK_THROWS_WITH(parse_json("{} x"), Catch::Matchers::ContainsSubstring("malformed JSON"));
+  CHECK_THROWS_WITH(parse_json("[1,"), Catch::Matchers::ContainsSubstring("malformed JSON"));
   boost::system::error_code ec;
   CHECK(parse_json("{\"a\": 1} {}", ec).is_null());
   CHECK(ec);
