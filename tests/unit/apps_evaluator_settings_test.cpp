@@ -88,6 +88,8 @@ std::map<std::string, Case> cases() {
   m["compile_cache_dir"] = {{"--compile-cache-dir", "/tmp/cc"}, "/tmp/cc",
                             [](const C& c, const O&) { return c.compile_cache_dir == "/tmp/cc"; }};
   m["static_check"] = {{"--no-static-check"}, "false", [](const C& c, const O&) { return !c.static_checks; }};
+  m["static_check_policy"] = {{"--static-policy", "fusion"}, "fusion",
+                              [](const C& c, const O&) { return c.static_check_policy == "fusion"; }};
   m["static_check_config"] = {{"--static-config", file}, file, [](const C& c, const O&) {
                                 return c.static_check_severity.size() == 1 &&
                                        c.static_check_severity.at("side_stream") == core::Severity::off;

@@ -113,6 +113,23 @@ Severity StaticCheckConfig::severity_of(std::string_view rule) const {
   return info->default_severity;
 }
 
+const std::vector<std::string>& static_check_policies() {
+  static const std::vector<std::string> names{"strict", "kernelbench", "fusion"};
+  return names;
+}
+
+std::map<std::string, Severity> static_check_policy(std::string_view name) {
+  if (name == "strict") return {};
+  if (name == "kernelbench")
+    return {{"reference_op_in_forward", Severity::warning},
+            {"reference_all_in_library", Severity::warning},
+            {"torch_compute_in_forward", Severity::warning},
+            {"side_stream", Severity::warning}};
+  if (name == "fusion")
+    return {{"reference_op_in_forward", Severity::warning}, {"reference_all_in_library", Severity::error}};
+  throw InvalidArgument(fmt::format("static check policy: unknown policy '{}' (known: strict, kernelbench, fusion)", name));
+}
+
 void validate(const StaticCheckConfig& config) {
   for (const auto& [rule, sev] : config.severity) {
     (void)sev;

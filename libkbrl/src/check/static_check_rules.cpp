@@ -697,7 +697,9 @@ class Checker {
   }
 
   void check_compute() {
-    if (!on(Rule::torch_compute_in_forward) && !on(Rule::reference_op_in_forward)) return;
+    if (!on(Rule::torch_compute_in_forward) && !on(Rule::reference_op_in_forward) &&
+        !on(Rule::reference_all_in_library))
+      return;
     std::vector<ComputeUse> uses = compute_uses(py_, prog_);
     if (inherits_reference() && !ref_.model_nn_attrs.empty()) {
       // `self.conv(x)` where the reference's __init__ built self.conv.
@@ -718,8 +720,12 @@ class Checker {
         }
       }
     }
+    std::set<std::string> in_library;  // the reference's ops the forward path computes with a library call
+    int first_line = 0;
     auto emit = [&](const ComputeUse& u, std::string_view where) {
       if (ref_.compute_keys.count(u.key)) {
+        in_library.insert(u.key);
+        if (first_line == 0 || u.line < first_line) first_line = u.line;
         report(Rule::reference_op_in_forward, u.line,
                fmt::format("`{}` at line {}{} computes `{}`, the reference's own op, with a library call; implement "
                            "it in the custom kernel",
@@ -732,6 +738,14 @@ class Checker {
     };
     for (const ComputeUse& u : uses) emit(u, "");
     for (const ComputeUse& u : c_compute_uses(c_)) emit(u, " (in the kernel source)");
+    if (!ref_.compute_keys.empty() && in_library.size() == ref_.compute_keys.size()) {
+      std::string ops;
+      for (const auto& k : in_library) ops += (ops.empty() ? "`" : ", `") + k + "`";
+      report(Rule::reference_all_in_library, first_line,
+             fmt::format("every op the reference computes ({}) is computed with a library call, the first at line "
+                         "{}: the custom kernel does none of the problem's own work",
+                         ops, first_line));
+    }
   }
 
   void check_implementation() {

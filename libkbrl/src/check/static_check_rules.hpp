@@ -17,6 +17,7 @@ enum class Rule : std::size_t {
   inherits_reference,
   calls_reference,
   reference_op_in_forward,
+  reference_all_in_library,
   torch_compute_in_forward,
   auto_compiler,
   missing_kernel,
@@ -63,6 +64,9 @@ inline constexpr std::array<RuleDef, kRuleCount> kRuleDefs{{
     {Rule::reference_op_in_forward, "reference_op_in_forward", "bypass", Severity::error,
      "The forward path computes one of the reference's own ops with PyTorch (or ATen/cuBLAS/cuDNN in "
      "the extension) instead of a custom kernel."},
+    {Rule::reference_all_in_library, "reference_all_in_library", "bypass", Severity::error,
+     "Every compute op of the reference is computed with a library call on the forward path, so the custom "
+     "kernel does none of the problem's own work (what the fusion policy still refuses)."},
     {Rule::torch_compute_in_forward, "torch_compute_in_forward", "bypass", Severity::warning,
      "The forward path runs a PyTorch compute op the reference does not use (partial use of PyTorch)."},
     {Rule::auto_compiler, "auto_compiler", "bypass", Severity::error,

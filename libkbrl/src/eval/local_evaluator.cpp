@@ -235,6 +235,11 @@ struct LocalEvaluator::Impl {
 
   explicit Impl(LocalEvaluatorConfig c) : config(std::move(c)) {}
 
+  // The static checker's severities (config.static_check_policy's, config.static_check_severity
+  // over them) and how results' metadata names them ("fusion; side_stream=off", "off").
+  std::map<std::string, core::Severity> severity;
+  std::string static_check_label;
+
   // ---- set-up -------------------------------------------------------------------------------
 
   void validate_and_fill() {
@@ -245,9 +250,17 @@ struct LocalEvaluator::Impl {
       throw core::InvalidArgument(fmt::format("evaluator: worker script '{}' not found (set KBRL_WORKER_SCRIPT)",
                                               config.worker_script.string()));
     {
-      check::StaticCheckConfig probe;  // unknown rule names fail here, not at the first request
-      probe.severity = config.static_check_severity;
+      // The policy's severities with the overrides over them; an unknown policy or rule name fails
+      // here, not at the first request.
+      check::StaticCheckConfig probe;
+      probe.severity = check::static_check_policy(config.static_check_policy);
+      for (const auto& [rule, level] : config.static_check_severity) probe.severity[rule] = level;
       check::validate(probe);
+      severity = std::move(probe.severity);
+      static_check_label = config.static_checks ? config.static_check_policy : std::string("off");
+      if (config.static_checks)
+        for (const auto& [rule, level] : config.static_check_severity)
+          static_check_label += fmt::format("; {}={}", rule, core::to_string(level));
     }
     if (config.compile_workers <= 0)
       config.compile_workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -934,6 +947,7 @@ std::future<EvalResult> LocalEvaluator::submit(core::EvalRequest request) {
   job->seed = job->req.options.seed ? *job->req.options.seed : random_seed();
   r.metadata["seed"] = std::to_string(job->seed);
   r.metadata["sandbox"] = impl_->sandbox_prefix.empty() ? "off" : "bubblewrap";
+  r.metadata["static_check_policy"] = impl_->static_check_label;
 
   // Cheap checks first, in this thread: a candidate that fails them never reaches a worker.
   const auto languages = core::languages_for(impl_->config.platform);
@@ -944,7 +958,7 @@ std::future<EvalResult> LocalEvaluator::submit(core::EvalRequest request) {
     return future;
   }
   const check::CandidateCheck precheck =
-      check::check_candidate(job->req, impl_->config.static_check_severity, impl_->config.static_checks);
+      check::check_candidate(job->req, impl_->severity, impl_->config.static_checks);
   r.format_ok = precheck.format_ok;
   r.static_findings = precheck.findings;
   r.static_ok = precheck.static_ok;

@@ -485,6 +485,16 @@ std::vector<Setting> make_settings() {
   e.push_back(boolean({"static_check", "", checks, "LocalEvaluatorConfig::static_checks",
                        "run the static checker before compiling (runtime defenses apply either way)"},
                       local(&L::static_checks)));
+  {
+    std::vector<std::pair<std::string, std::string>> policies;
+    for (const auto& name : check::static_check_policies()) policies.emplace_back(name, name);
+    e.push_back(choice<std::string>({"static_check_policy", "static-policy", checks, "LocalEvaluatorConfig::static_check_policy",
+                                     "the severities to start from: strict (a library call for any of the reference's "
+                                     "ops is an error), kernelbench (KernelBench's split: PyTorch ops are warnings), "
+                                     "fusion (library calls allowed while the kernel does some of the problem's work); "
+                                     "the file's and static_check_severity's are applied over it (docs/static-checks.md)"},
+                                    local(&L::static_check_policy), std::move(policies)));
+  }
   e.push_back(text<fs::path>({"static_check_config", "static-config", checks,
                               "LocalEvaluatorConfig::static_check_severity",
                               "a JSON file of severities, {\"severity\": {\"rule\": \"off|warning|error\"}} "

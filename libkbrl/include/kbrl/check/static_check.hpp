@@ -29,6 +29,22 @@ const std::vector<RuleInfo>& static_check_rules();
 // The rule called `name`, or nullptr.
 const RuleInfo* find_static_check_rule(std::string_view name) noexcept;
 
+// Named policies: a starting set of severities that a config file and per-rule overrides are
+// applied over (docs/static-checks.md, "Policies").
+//   strict       every rule at its default: delegating any of the reference's own ops to a library
+//                is an error (the default policy)
+//   kernelbench  KernelBench's own split (its kernel_static_checker's STRICT_CHECKS and
+//                WARNING_CHECKS): PyTorch compute ops, library calls for the reference's ops and
+//                side streams are warnings; rules KernelBench has no counterpart for keep their
+//                defaults
+//   fusion       library calls for the reference's ops are allowed (a cuDNN convolution kept, the
+//                epilogue fused) as long as the kernel does some of the problem's own work:
+//                reference_all_in_library stays an error
+const std::vector<std::string>& static_check_policies();
+// The severities policy `name` sets (rules it leaves at their default are absent). Throws
+// core::InvalidArgument naming the known policies for an unknown name.
+std::map<std::string, core::Severity> static_check_policy(std::string_view name);
+
 struct StaticCheckConfig {
   core::KernelLanguage language = core::KernelLanguage::cuda;  // the language the problem asked for
   core::Precision precision = core::Precision::fp32;

@@ -52,6 +52,10 @@ struct LocalEvaluatorConfig {
   double worker_start_timeout_s = 300;  // importing torch on a cold machine is slow
   double grace_s = 30;                  // our deadline past the worker's own stage timeout
   bool static_checks = true;            // run the static checker before compiling
+  // The named policy the severities start from (check::static_check_policies(): strict,
+  // kernelbench, fusion); static_check_severity is applied over it. Every result's metadata
+  // names both (static_check_policy).
+  std::string static_check_policy = "strict";
   std::map<std::string, core::Severity> static_check_severity;  // overrides by rule name (docs/static-checks.md)
   bool baseline_cache = true;           // time each reference once per device and settings
   bool keep_logs = false;               // keep every child's log, not only failures'
