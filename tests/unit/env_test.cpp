@@ -142,6 +142,38 @@ TEST_CASE("a multi-turn episode carries feedback and stops at the first correct 
   CHECK_THROWS_AS(e.step(answer("x")), core::InvalidArgument);
 }
 
+TEST_CASE("with keep_thinking, earlier answers keep their thinking, cut to its budget") {
+  ScriptedEvaluator ev;
+  ev.script = {wrong(), wrong(), wrong()};
+  auto o = options();
+  o.keep_thinking = true;
+  o.thinking_excerpt_chars = 300;
+  env::MultiTurnKernelBenchEnv e(problem(), o, ev, "s0");
+  std::string long_thinking = "FIRST_IDEA ";
+  for (int i = 0; i < 200; ++i) long_thinking += "step " + std::to_string(i) + "\n";
+  long_thinking += "LAST_IDEA";
+  const auto first = e.step(answer("    def forward(self, a, b):\n        return a - b", long_thinking)).get();
+  REQUIRE(first.next.has_value());
+  const std::string& kept = first.next->messages[2].content;
+  CHECK(kept.rfind("<think>\nFIRST_IDEA", 0) == 0);  // the thinking comes first, as it was written
+  CHECK(kept.find("LAST_IDEA\n</think>\n<KERNEL>") != std::string::npos);
+  CHECK(kept.find("characters left out") != std::string::npos);
+  const auto think_end = kept.find("</think>");
+  CHECK(think_end < 300 + 200);  // the budget, plus the tags and the marker line
+  CHECK(kept.find("return a - b") != std::string::npos);
+  // An answer without a program keeps its thinking too, and what it said after it.
+  core::Completion said;
+  said.text = "<think>NO_PROGRAM_REASONING</think> I cannot do this.";
+  const auto second = e.step(said).get();
+  REQUIRE(second.next.has_value());
+  const std::string& words = second.next->messages[4].content;
+  CHECK(words.find("NO_PROGRAM_REASONING") != std::string::npos);
+  CHECK(words.find("I cannot do this.") != std::string::npos);
+  // Off (the default), the same thinking is removed.
+  CHECK(env::earlier_answer(first.completion, 4000).find("FIRST_IDEA") == std::string::npos);
+  CHECK(env::earlier_answer(first.completion, 4000, 300) == kept);
+}
+
 TEST_CASE("a multi-turn episode ends after max_turns and can require a speedup") {
   ScriptedEvaluator ev;
   ev.script = {correct(0.5), correct(0.8), correct(0.9)};

@@ -384,15 +384,18 @@ std::string excerpt(const std::string& text, int max_chars) {
          text.substr(tail_start);
 }
 
-std::string earlier_answer(const core::Completion& c, int max_chars) {
-  if (c.format_ok) return "<KERNEL>\n" + excerpt(c.kernel, max_chars) + "\n</KERNEL>";
-  // No program: what was said, without the thinking.
+std::string earlier_answer(const core::Completion& c, int max_chars, int thinking_chars) {
+  const std::string thinking = thinking_chars >= 0 && c.has_thinking && !c.thinking.empty()
+                                   ? "<think>\n" + excerpt(c.thinking, thinking_chars) + "\n</think>\n"
+                                   : std::string();
+  if (c.format_ok) return thinking + "<KERNEL>\n" + excerpt(c.kernel, max_chars) + "\n</KERNEL>";
+  // No program: what was said after the thinking (kept above when asked for).
   std::string text = c.text;
   const auto open = text.find("<think>");
   const auto close = text.find("</think>");
   if (close != std::string::npos) text = text.substr(close + 8);
   else if (open != std::string::npos) text = text.substr(0, open);
-  return excerpt(text, max_chars);
+  return thinking + excerpt(text, max_chars);
 }
 
 std::string feedback_message(const core::EvalResult& e, int attempt, int max_turns, const EnvOptions& o) {

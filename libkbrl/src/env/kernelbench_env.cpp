@@ -99,7 +99,8 @@ std::future<StepResult> MultiTurnKernelBenchEnv::step(core::Completion sampled) 
     const bool fast_enough = options_.early_stop_min_speedup <= 0 || e.speedup.value_or(0.0) >= options_.early_stop_min_speedup;
     r.done = turn + 1 >= options_.max_turns || (options_.early_stop && e.correct && fast_enough);
     if (!r.done) {
-      history_.push_back({"assistant", earlier_answer(r.completion, options_.kernel_excerpt_chars)});
+      history_.push_back({"assistant", earlier_answer(r.completion, options_.kernel_excerpt_chars,
+                                                      options_.keep_thinking ? options_.thinking_excerpt_chars : -1)});
       history_.push_back({"user", feedback_message(e, turn + 1, options_.max_turns, options_)});
       r.next = Observation{history_};
       done_ = false;

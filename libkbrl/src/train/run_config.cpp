@@ -291,6 +291,8 @@ const std::vector<Entry>& schema() {
     e.push_back(field("env.early_stop_min_speedup", &R::env, &EnvSection::early_stop_min_speedup, "...that is at least this fast (0: any)", non_negative()));
     e.push_back(field("env.kernel_excerpt_chars", &R::env, &EnvSection::kernel_excerpt_chars, "earlier kernels are cut to this length in later prompts", at_least(100)));
     e.push_back(field("env.error_excerpt_chars", &R::env, &EnvSection::error_excerpt_chars, "error excerpts in feedback are cut to this length", at_least(100)));
+    e.push_back(field("env.keep_thinking", &R::env, &EnvSection::keep_thinking, "earlier answers keep their <think> block in later prompts (the seeds' flow); false: it is removed"));
+    e.push_back(field("env.thinking_excerpt_chars", &R::env, &EnvSection::thinking_excerpt_chars, "with keep_thinking, earlier thinking is cut to this length (head and tail)", at_least(100)));
     e.push_back(field("train.loss", &R::train, &TrainSection::loss, "policy loss", one_of({"importance_sampling", "ppo", "cispo", "cross_entropy"})));
     e.push_back(field("train.clip_low", &R::train, &TrainSection::clip_low, "lower bound on the ratio p/q (ppo, cispo)", positive()));
     e.push_back(field("train.clip_high", &R::train, &TrainSection::clip_high, "upper bound on the ratio p/q (ppo, cispo)", positive()));

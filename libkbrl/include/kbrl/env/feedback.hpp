@@ -36,8 +36,10 @@ std::string clean_error_text(std::string_view text, core::ErrorCategory category
 // result, the cleaned error under a heading fixed per category, advice for that category, and
 // the request for an improved program.
 std::string feedback_message(const core::EvalResult& eval, int attempt, int max_turns, const EnvOptions& options);
-// The assistant message an earlier answer becomes: thinking removed, its program truncated.
-std::string earlier_answer(const core::Completion& completion, int max_chars);
+// The assistant message an earlier answer becomes: its program cut to `max_chars` (head and
+// tail), its thinking removed, or with thinking_chars >= 0 kept as a <think> block cut to that
+// many characters (the seeds' flow, which carries earlier reasoning into the next turn).
+std::string earlier_answer(const core::Completion& completion, int max_chars, int thinking_chars = -1);
 // Head and tail of `text` within `max_chars`, with a marker of how much was left out.
 std::string excerpt(const std::string& text, int max_chars);
 

@@ -1,6 +1,7 @@
 // The KernelBench environments. KernelBenchEnv: one answer per episode. MultiTurnKernelBenchEnv
 // (Kevin-style refinement): up to max_turns answers; after a failed or slow attempt the next
-// prompt holds the earlier answers with their thinking removed and their kernels truncated, and
+// prompt holds the earlier answers with their kernels truncated and their thinking removed (or
+// kept and truncated: EnvOptions::keep_thinking), and
 // a feedback message with the error category, a cleaned excerpt of the error, the trials
 // passed, the speedup and advice for that kind of failure. docs/environments.md shows one.
 #pragma once
@@ -29,6 +30,10 @@ struct EnvOptions {
   double early_stop_min_speedup = 0.0;  // ...that is at least this fast (0: any correct one)
   int kernel_excerpt_chars = 4000;      // an earlier kernel longer than this keeps its head and tail
   int error_excerpt_chars = 1500;       // the cleaned error text in feedback (kbrl/env/feedback.hpp)
+  // Earlier answers keep their <think> block in later prompts, cut to thinking_excerpt_chars
+  // (head and tail), as the seeds' multi-turn flow does; off: the thinking is removed.
+  bool keep_thinking = false;
+  int thinking_excerpt_chars = 2000;
 };
 
 class KernelBenchEnv : public Env {

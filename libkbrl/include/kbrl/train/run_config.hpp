@@ -65,6 +65,8 @@ struct EnvSection {
   double early_stop_min_speedup = 0;
   int kernel_excerpt_chars = 4000;
   int error_excerpt_chars = 1500;
+  bool keep_thinking = false;
+  int thinking_excerpt_chars = 2000;
 };
 struct TrainSection {
   std::string loss = "importance_sampling";

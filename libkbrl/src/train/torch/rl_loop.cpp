@@ -719,6 +719,8 @@ env::DatasetOptions dataset_options(const RunConfig& config, const reward::Rewar
   e.early_stop_min_speedup = config.env.early_stop_min_speedup;
   e.kernel_excerpt_chars = config.env.kernel_excerpt_chars;
   e.error_excerpt_chars = config.env.error_excerpt_chars;
+  e.keep_thinking = config.env.keep_thinking;
+  e.thinking_excerpt_chars = config.env.thinking_excerpt_chars;
   return o;
 }
 
