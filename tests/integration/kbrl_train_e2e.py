@@ -21,6 +21,7 @@ floating-point rounding of the sum over ranks), and refuse to resume on one rank
 """
 import argparse
 import json
+import re
 import os
 import shutil
 import signal
@@ -59,17 +60,27 @@ def run_train(args, log_path, *overrides, timeout=900, ranks=1):
 
 def check_outputs(log_path, steps, multi_turn):
     name = os.path.basename(log_path)
-    for f in ["config.yaml", "metrics.jsonl", "traces.jsonl", "checkpoints.jsonl", "run.json"]:
+    for f in ["config.yaml", "metrics.jsonl", "traces.jsonl", "checkpoints.jsonl", "run.json", "logs.log"]:
         check(os.path.isfile(os.path.join(log_path, f)), f"{name}: {f} written")
     metrics = read_jsonl(os.path.join(log_path, "metrics.jsonl"))
     check([m["step"] for m in metrics] == list(range(steps)), f"{name}: one metrics line per step")
     for key in ["reward/mean", "reward/std", "reward/min", "reward/max", "kernel/format_rate", "kernel/compile_rate",
                 "kernel/correct_rate", "kernel/cheat_rate", "kernel/speedup_mean", "time/sample", "time/eval_wait",
-                "time/train", "time/step", "tokens/completion"]:
+                "time/train", "time/step", "tokens/completion", "sampling/completed_fraction"]:
         check(all(key in m for m in metrics), f"{name}: metrics carry {key}")
     if multi_turn:
         check(all("multiturn/success_rate" in m and "multiturn/avg_turns" in m for m in metrics),
               f"{name}: multi-turn metrics")
+        for key in ["multiturn/compile_rate", "multiturn/correct_rate", "multiturn/max_correct_per_trajectory",
+                    "multiturn/turn_1/compile_rate"]:
+            check(all(key in m for m in metrics), f"{name}: metrics carry {key}")
+    with open(os.path.join(log_path, "logs.log")) as f:
+        logged = f.read().splitlines()
+    done = [line for line in logged if " step " in line and " done in " in line]
+    check(len(done) >= steps, f"{name}: logs.log holds a line per step ({len(done)})")
+    check(all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line) for line in logged),
+          f"{name}: logs.log lines are timestamped")
+    check(not any("\r" in line for line in logged), f"{name}: logs.log has no progress redraws")
     traces = read_jsonl(os.path.join(log_path, "traces.jsonl"))
     check(len(traces) >= steps * 2 * 2, f"{name}: a trace line per rollout ({len(traces)})")
     t = traces[0]

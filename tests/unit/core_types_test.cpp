@@ -79,7 +79,7 @@ TEST_CASE("core types survive a JSON round trip") {
   Trajectory traj{"bundled/03_softmax", {t, t}};
   CHECK(round_trip(traj) == traj);
   CHECK(traj.total_reward() == 1.5);
-  TrajectoryGroup g{"bundled/03_softmax", {traj}};
+  TrajectoryGroup g{"bundled/03_softmax", {traj}, 1};
   CHECK(round_trip(g) == g);
 }
 

@@ -440,12 +440,13 @@ Trajectory tag_invoke(json::value_to_tag<Trajectory>, const json::value& jv) {
 }
 
 void tag_invoke(json::value_from_tag, json::value& jv, const TrajectoryGroup& g) {
-  jv = {{"problem_id", g.problem_id}, {"trajectories", json::value_from(g.trajectories)}};
+  jv = {{"problem_id", g.problem_id}, {"level", g.level}, {"trajectories", json::value_from(g.trajectories)}};
 }
 TrajectoryGroup tag_invoke(json::value_to_tag<TrajectoryGroup>, const json::value& jv) {
   const auto& o = as_object(jv, "TrajectoryGroup");
   TrajectoryGroup g;
   read(o, "problem_id", g.problem_id);
+  if (o.contains("level")) read(o, "level", g.level);  // absent in groups written before it was
   read(o, "trajectories", g.trajectories);
   return g;
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -56,11 +57,15 @@ std::vector<double> correct_speedups(const std::vector<core::TrajectoryGroup>& g
 }
 
 void add_rollout_metrics(boost::json::object& m, const std::vector<core::TrajectoryGroup>& groups, bool multi_turn) {
-  std::vector<double> format, compiled, correct, cheat, turns, success, prompt_tokens, completion_tokens;
-  std::map<std::size_t, std::vector<double>> turn_correct;
+  std::vector<double> format, compiled, correct, cheat, turns, success, prompt_tokens, completion_tokens, completed,
+      best_trials;
+  std::map<std::size_t, std::vector<double>> turn_correct, turn_compiled;
+  // Per level: format, compile, correct.
+  std::map<int, std::array<std::vector<double>, 3>> by_level;
   for (const auto& g : groups)
     for (const auto& traj : g.trajectories) {
       bool solved = false;
+      double best = 0.0;  // the largest fraction of correctness trials any turn passed
       for (std::size_t t = 0; t < traj.transitions.size(); ++t) {
         const auto& tr = traj.transitions[t];
         const auto& e = eval_of(tr);
@@ -69,12 +74,25 @@ void add_rollout_metrics(boost::json::object& m, const std::vector<core::Traject
         correct.push_back(e.correct ? 1 : 0);
         cheat.push_back(reward::is_static_check_failure(e) ? 1 : 0);
         turn_correct[t].push_back(e.correct ? 1 : 0);
+        turn_compiled[t].push_back(e.compiled ? 1 : 0);
         prompt_tokens.push_back(static_cast<double>(tr.prompt_tokens.size()));
         completion_tokens.push_back(static_cast<double>(tr.completion.tokens.size()));
+        completed.push_back(tr.completion.truncated ? 0 : 1);
+        if (g.level > 0) {
+          auto& l = by_level[g.level];
+          l[0].push_back(e.format_ok ? 1 : 0);
+          l[1].push_back(e.compiled ? 1 : 0);
+          l[2].push_back(e.correct ? 1 : 0);
+        }
         solved = solved || e.correct;
+        const double passed = e.correct                ? 1.0
+                              : e.trials_total > 0 ? static_cast<double>(e.trials_passed) / e.trials_total
+                                                   : 0.0;
+        best = std::max(best, passed);
       }
       turns.push_back(static_cast<double>(traj.transitions.size()));
       success.push_back(solved ? 1 : 0);
+      best_trials.push_back(best);
     }
   const auto speedups = correct_speedups(groups);
   m["kernel/format_rate"] = mean_of(format);
@@ -83,11 +101,22 @@ void add_rollout_metrics(boost::json::object& m, const std::vector<core::Traject
   m["kernel/cheat_rate"] = mean_of(cheat);
   m["kernel/speedup_mean"] = mean_of(speedups);
   m["kernel/evaluations"] = static_cast<double>(format.size());
+  for (const auto& [level, rates] : by_level) {
+    m[fmt::format("kernel/level_{}/format_rate", level)] = mean_of(rates[0]);
+    m[fmt::format("kernel/level_{}/compile_rate", level)] = mean_of(rates[1]);
+    m[fmt::format("kernel/level_{}/correct_rate", level)] = mean_of(rates[2]);
+  }
   if (multi_turn) {
     m["multiturn/success_rate"] = mean_of(success);
     m["multiturn/avg_turns"] = mean_of(turns);
+    // The seeds' names: the rates over every turn, and the best any turn of a trajectory did.
+    m["multiturn/compile_rate"] = mean_of(compiled);
+    m["multiturn/correct_rate"] = mean_of(correct);
+    m["multiturn/max_correct_per_trajectory"] = mean_of(best_trials);
     for (const auto& [t, v] : turn_correct) m[fmt::format("multiturn/turn_{}/correct_rate", t + 1)] = mean_of(v);
+    for (const auto& [t, v] : turn_compiled) m[fmt::format("multiturn/turn_{}/compile_rate", t + 1)] = mean_of(v);
   }
+  m["sampling/completed_fraction"] = mean_of(completed);
   m["tokens/prompt"] = std::accumulate(prompt_tokens.begin(), prompt_tokens.end(), 0.0);
   m["tokens/completion"] = std::accumulate(completion_tokens.begin(), completion_tokens.end(), 0.0);
   m["tokens/completion_mean"] = mean_of(completion_tokens);
@@ -95,6 +124,7 @@ void add_rollout_metrics(boost::json::object& m, const std::vector<core::Traject
 
 void add_held_out_metrics(boost::json::object& m, const std::vector<core::TrajectoryGroup>& groups) {
   std::vector<double> reward, correct, format;
+  std::map<int, std::vector<double>> correct_by_level;
   std::size_t episodes = 0;
   for (const auto& g : groups)
     for (const auto& traj : g.trajectories) {
@@ -108,12 +138,14 @@ void add_held_out_metrics(boost::json::object& m, const std::vector<core::Trajec
       reward.push_back(traj.total_reward());
       correct.push_back(solved ? 1 : 0);
       format.push_back(formatted ? 1 : 0);
+      if (g.level > 0) correct_by_level[g.level].push_back(solved ? 1 : 0);
     }
   m["eval/problems"] = static_cast<double>(episodes);
   m["eval/reward_mean"] = mean_of(reward);
   m["eval/correct_rate"] = mean_of(correct);
   m["eval/format_rate"] = mean_of(format);
   m["eval/speedup_mean"] = mean_of(correct_speedups(groups));
+  for (const auto& [level, v] : correct_by_level) m[fmt::format("eval/level_{}/correct_rate", level)] = mean_of(v);
 }
 
 }  // namespace kbrl::train

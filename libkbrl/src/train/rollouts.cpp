@@ -147,6 +147,7 @@ PendingRollouts start_group_rollouts(const std::vector<std::unique_ptr<env::EnvG
       throw core::InvalidArgument(fmt::format("rollouts: a group of {} envs (at most {})", envs.size(), kMaxGroupSize));
     auto& group = s->out.groups[g];
     group.problem_id = builders[g]->problem().id;
+    group.level = builders[g]->problem().level;
     // Sized before any pointer into it is taken.
     group.trajectories.resize(envs.size());
     for (std::size_t i = 0; i < envs.size(); ++i) {

@@ -3,8 +3,12 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <numeric>
 
+#include "kbrl/core/error.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/log/jsonl.hpp"
 #include "kbrl/log/progress.hpp"
@@ -38,9 +42,26 @@ RunLog::RunLog(const RunConfig& config, std::FILE* progress)
   fs::create_directories(path_);
   lock_ = std::make_unique<log::RunLock>(path_);
   write_resolved(config, path_ / "config.yaml");
+  logs_ = std::fopen((path_ / "logs.log").c_str(), "a");
+  if (logs_ == nullptr)
+    throw core::Error(fmt::format("cannot open {}: {}", (path_ / "logs.log").string(), std::strerror(errno)));
 }
 
-RunLog::~RunLog() = default;
+RunLog::~RunLog() {
+  if (logs_ != nullptr) std::fclose(logs_);
+}
+
+void RunLog::note(const std::string& line) {
+  std::fprintf(progress_, "%s\n", line.c_str());
+  std::fflush(progress_);
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  std::fprintf(logs_, "%s %s\n", stamp, line.c_str());
+  std::fflush(logs_);
+}
 
 std::optional<CheckpointRecord> RunLog::last_checkpoint() const { return read_last_checkpoint(path_); }
 
@@ -134,14 +155,12 @@ void RunLog::write_progress_line(const boost::json::object& m) {
   step_seconds_.push_back(step_s);
   const double mean_step =
       std::accumulate(step_seconds_.begin(), step_seconds_.end(), 0.0) / static_cast<double>(step_seconds_.size());
-  std::fprintf(progress_,
-               "step %lld/%lld done in %.1fs (sample %.1fs, eval wait %.1fs, train %.1fs, save %.1fs): reward %.3f, "
-               "correct %.0f%%; ETA %s\n",
-               static_cast<long long>(step + 1), static_cast<long long>(total_steps_), step_s,
-               number_or_zero(m, "time/sample"), number_or_zero(m, "time/eval_wait"), number_or_zero(m, "time/train"),
-               number_or_zero(m, "time/save"), number_or_zero(m, "reward/mean"),
-               100.0 * number_or_zero(m, "kernel/correct_rate"),
-               log::Progress::format_duration(mean_step * static_cast<double>(total_steps_ - step - 1)).c_str());
+  note(fmt::format("step {}/{} done in {:.1f}s (sample {:.1f}s, eval wait {:.1f}s, train {:.1f}s, save {:.1f}s): "
+                   "reward {:.3f}, correct {:.0f}%; ETA {}",
+                   step + 1, total_steps_, step_s, number_or_zero(m, "time/sample"), number_or_zero(m, "time/eval_wait"),
+                   number_or_zero(m, "time/train"), number_or_zero(m, "time/save"), number_or_zero(m, "reward/mean"),
+                   100.0 * number_or_zero(m, "kernel/correct_rate"),
+                   log::Progress::format_duration(mean_step * static_cast<double>(total_steps_ - step - 1))));
 }
 
 void RunLog::write_checkpoint(const CheckpointRecord& c) {

@@ -218,6 +218,7 @@ struct Trajectory {
 struct TrajectoryGroup {
   std::string problem_id;
   std::vector<Trajectory> trajectories;
+  int level = 0;  // the problem's KernelBench level (0: outside the levels), for per-level metrics
   friend bool operator==(const TrajectoryGroup&, const TrajectoryGroup&) = default;
 };
 

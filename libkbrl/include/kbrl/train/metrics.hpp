@@ -21,13 +21,18 @@ std::vector<double> transition_rewards(const std::vector<core::TrajectoryGroup>&
 std::vector<double> correct_speedups(const std::vector<core::TrajectoryGroup>& groups);
 
 // kernel/format_rate, compile_rate, correct_rate, cheat_rate, speedup_mean, evaluations (per
-// evaluated turn); with multi_turn also multiturn/success_rate, avg_turns and
-// turn_<k>/correct_rate; tokens/prompt, completion, completion_mean.
+// evaluated turn), and kernel/level_<L>/format_rate, compile_rate, correct_rate for each
+// KernelBench level present; with multi_turn also multiturn/success_rate, avg_turns,
+// compile_rate and correct_rate (every turn), max_correct_per_trajectory (the mean over
+// trajectories of the largest fraction of correctness trials a turn passed, 1 when correct),
+// turn_<k>/correct_rate and turn_<k>/compile_rate; sampling/completed_fraction (completions that
+// ended on a stop sequence, not at the token limit); tokens/prompt, completion, completion_mean.
 void add_rollout_metrics(boost::json::object& metrics, const std::vector<core::TrajectoryGroup>& groups,
                          bool multi_turn);
 
 // eval/problems, reward_mean (of each episode's total), correct_rate and format_rate (an episode
-// counts when any of its turns was), speedup_mean (of the correct turns).
+// counts when any of its turns was), speedup_mean (of the correct turns), and
+// eval/level_<L>/correct_rate for each KernelBench level present.
 void add_held_out_metrics(boost::json::object& metrics, const std::vector<core::TrajectoryGroup>& groups);
 
 }  // namespace kbrl::train

@@ -72,8 +72,11 @@ class RunLog {
   void write_metrics(const boost::json::object& metrics, const std::vector<double>& rewards,
                      const std::vector<double>& advantages, const std::vector<double>& speedups);
   // "step 3/10 done in 4.2s (sample ..., eval wait ..., train ..., save ...): reward ..., correct
-  // ..%; ETA ..." from the metrics' time/*, reward/mean and kernel/correct_rate.
+  // ..%; ETA ..." from the metrics' time/*, reward/mean and kernel/correct_rate; through note().
   void write_progress_line(const boost::json::object& metrics);
+  // One line for the console (the progress stream) and for <run>/logs.log, which keeps every such
+  // line with its UTC time: what the console showed, without the progress bars' redraws.
+  void note(const std::string& line);
   // The line that makes the step complete: written last.
   void write_checkpoint(const CheckpointRecord& checkpoint);
 
@@ -83,6 +86,7 @@ class RunLog {
  private:
   std::filesystem::path path_;
   std::FILE* progress_;
+  std::FILE* logs_ = nullptr;  // <run>/logs.log, appended to
   std::unique_ptr<log::RunLock> lock_;
   std::unique_ptr<log::JsonlWriter> metrics_, traces_, checkpoints_;
   std::unique_ptr<log::TensorBoardWriter> tb_;

@@ -170,6 +170,7 @@ class Loop {
   void warn(const std::string& text) const {
     if (!writer()) return;
     if (options_.warn) options_.warn(text);
+    else if (log_) log_->note("kbrl-train: warning: " + text);
     else std::cerr << "kbrl-train: warning: " << text << "\n";
   }
 
@@ -207,8 +208,8 @@ class Loop {
     if (next > 0) {
       client_->load_state(path_ / checkpoint_paths(next - 1).state);
       if (writer())
-        std::cerr << "kbrl-train: resuming " << path_.string() << " at step " << next << " of " << total_steps_
-                  << (world_ > 1 ? cat(" on ", world_, " ranks") : std::string()) << "\n";
+        log_->note(cat("kbrl-train: resuming ", path_.string(), " at step ", next, " of ", total_steps_,
+                       world_ > 1 ? cat(" on ", world_, " ranks") : std::string()));
     }
     first_step_ = next;
     if (writer()) log_->start(next, total_steps_);
