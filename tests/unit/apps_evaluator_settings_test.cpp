@@ -81,6 +81,8 @@ std::map<std::string, Case> cases() {
   m["compile_workers"] = {{"--compile-workers", "3"}, "3", [](const C& c, const O&) { return c.compile_workers == 3; }};
   m["compile_nice"] = {{"--compile-nice", "0"}, "0", [](const C& c, const O&) { return c.compile_nice == 0; }};
   m["cuda_arch"] = {{"--cuda-arch", "9.0"}, "\"9.0\"", [](const C& c, const O&) { return c.cuda_arch == "9.0"; }};
+  m["gpu_arch"] = {{"--gpu-arch", "gfx90a;gfx942"}, "\"gfx90a;gfx942\"",
+                   [](const C& c, const O&) { return c.gpu_arch == "gfx90a;gfx942"; }};
   m["compile_pch"] = {{"--no-compile-pch"}, "false", [](const C& c, const O&) { return !c.compile_pch; }};
   m["compile_light_headers"] = {{"--no-light-headers"}, "false", [](const C& c, const O&) { return !c.compile_light_headers; }};
   m["compile_parallel_passes"] = {{"--no-parallel-passes"}, "false",

@@ -403,6 +403,8 @@ struct LocalEvaluator::Impl {
     }
     for (auto& lane : lanes) {
       if (!config.cuda_arch.empty()) lane->env["TORCH_CUDA_ARCH_LIST"] = config.cuda_arch;
+      if (config.platform == core::DevicePlatform::hip && !config.gpu_arch.empty())
+        lane->env["PYTORCH_ROCM_ARCH"] = config.gpu_arch;
       Lane* l = lane.get();
       l->thread = std::thread([this, l] { lane_loop(*l); });
     }
@@ -571,7 +573,7 @@ struct LocalEvaluator::Impl {
     k["language"] = core::to_string(req.language);
     k["platform"] = core::to_string(config.platform);
     k["torch"] = lane.torch_version;
-    k["arch"] = config.cuda_arch;
+    k["arch"] = config.platform == core::DevicePlatform::hip ? config.gpu_arch : config.cuda_arch;
     k["protocol"] = kWorkerProtocolVersion;
     // Accelerated and plain builds compile to the same thing but not through the same files
     // (ninja records the shadow headers and the PCH's forwarding header as dependencies), so

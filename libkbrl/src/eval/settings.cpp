@@ -467,6 +467,10 @@ std::vector<Setting> make_settings() {
   e.push_back(text<std::string>({"cuda_arch", "", compiling, "LocalEvaluatorConfig::cuda_arch",
                                  "TORCH_CUDA_ARCH_LIST for builds, e.g. 9.0 (empty: detect)"},
                                 local(&L::cuda_arch), SettingType::text));
+  e.push_back(text<std::string>({"gpu_arch", "", compiling, "LocalEvaluatorConfig::gpu_arch",
+                                 "hip: offload architectures for builds (PYTORCH_ROCM_ARCH, hipcc's --offload-arch), e.g. "
+                                 "gfx950 or gfx90a;gfx942 (empty: torch's choice)"},
+                                local(&L::gpu_arch), SettingType::text));
   e.push_back(boolean({"compile_pch", "", compiling, "LocalEvaluatorConfig::compile_pch",
                        "precompiled torch/extension.h for the binding file (docs/evaluator.md, \"Compile speed\")"},
                       local(&L::compile_pch)));

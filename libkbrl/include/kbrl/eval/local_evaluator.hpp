@@ -49,6 +49,10 @@ struct LocalEvaluatorConfig {
   SandboxMode sandbox = SandboxMode::on;
   ResourceLimits limits;
   std::string cuda_arch;                // TORCH_CUDA_ARCH_LIST for builds, e.g. "9.0"; empty: detect
+  // hip: the offload architectures builds target (PYTORCH_ROCM_ARCH, which ROCm's torch turns into
+  // hipcc's --offload-arch), e.g. "gfx950" or "gfx90a;gfx942"; empty: torch's choice (the GPUs it
+  // sees). Ignored on the other platforms.
+  std::string gpu_arch;
   double worker_start_timeout_s = 300;  // importing torch on a cold machine is slow
   double grace_s = 30;                  // our deadline past the worker's own stage timeout
   bool static_checks = true;            // run the static checker before compiling
