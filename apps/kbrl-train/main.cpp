@@ -17,7 +17,6 @@
 
 #include "cli.hpp"
 #include "kbrl/core/error.hpp"
-#include "kbrl/dataset/load.hpp"
 #include "kbrl/log/run_dir.hpp"
 #include "kbrl/train/torch/rl_loop.hpp"
 #include "kbrl/train/run_config.hpp"
@@ -60,12 +59,7 @@ int run_training(const std::vector<std::string>& args) {
     throw;
   }
   if (config.dataset.problems.empty()) {  // found here, so that the run's config.yaml names it
-    try {
-      config.dataset.problems =
-          dataset::find_kernelbench({fs::current_path(), fs::absolute(config.log_path).parent_path()}).string();
-    } catch (const core::InvalidArgument& e) {
-      throw core::ConfigError("config", "dataset.problems", e.what());
-    }
+    config.dataset.problems = train::problems_path(config).string();
     std::cerr << "kbrl-train: problems from " << config.dataset.problems << "\n";
   }
   std::signal(SIGINT, on_signal);

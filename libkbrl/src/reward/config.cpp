@@ -26,21 +26,25 @@ constexpr std::array<std::string_view, 10> kPresets{"default",     "stage1",    
                                                     "sparse",      "kevin",       "kbrl_stage1", "kbrl_stage2",
                                                     "kbrl_stage3", "kbrl_sparse"};
 
+// kernel_rl's speed reward with weight `speed`: 0.5 * log2(speedup) for correct kernels faster
+// than the reference, at most 1; the same as log2 of the speedup capped at 4, with the 0.5 folded
+// into the weight.
+void kernel_rl_speed(RewardConfig& c, double speed) {
+  c.weights["speed"] = speed * 0.5;
+  c.speed.formula = SpeedFormula::log_speedup;
+  c.speed.cap = 4.0;
+  c.speed.min_speedup = 1.0;
+}
+
 // The Python kernel_rl project's reward (its training/reward.py): format, compile, correctness,
 // speed and code-length terms with the given weights, its format penalty (-0.1) and cheating
 // penalty (-1, on the compile term; kbrl's static checker and runtime defenses stand for its
 // cheating check, and a rejected candidate still earns its format and length terms), and its
-// speed reward, 0.5 * log2(speedup) for correct kernels faster than the reference, at most 1:
-// the same as log2 of the speedup capped at 4, with the 0.5 folded into the weight.
+// speed reward (kernel_rl_speed).
 void kernel_rl_preset(RewardConfig& c, double format, double compile, double correctness, double speed,
                       bool partial_credit) {
   c.weights = {{"format", format}, {"compile", compile}, {"correctness", correctness}, {"code_length", 0.05}};
-  if (speed != 0.0) {
-    c.weights["speed"] = speed * 0.5;
-    c.speed.formula = SpeedFormula::log_speedup;
-    c.speed.cap = 4.0;
-    c.speed.min_speedup = 1.0;
-  }
+  if (speed != 0.0) kernel_rl_speed(c, speed);
   c.correctness.partial_credit = partial_credit;
   c.format.fail_value = -0.1;
   c.compile.rejected_value = -1.0;
@@ -225,10 +229,8 @@ RewardConfig RewardConfig::preset(std::string_view name) {
   } else if (name == "sparse") {
     // get_sparse_config(): a correct kernel that passed the checks earns 1 + 0.5 * speed reward +
     // 0.05 * length reward; anything else 0.
-    c.weights = {{"correctness", 1.0}, {"speed", 0.25}, {"code_length", 0.05}};
-    c.speed.formula = SpeedFormula::log_speedup;
-    c.speed.cap = 4.0;
-    c.speed.min_speedup = 1.0;
+    c.weights = {{"correctness", 1.0}, {"code_length", 0.05}};
+    kernel_rl_speed(c, 0.5);
     c.code_length.require_correct = true;
   } else if (name == "kbrl_stage1") {
     // Learning to answer with a kernel that builds: format and compile carry 80% of the reward,

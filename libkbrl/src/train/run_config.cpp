@@ -14,6 +14,7 @@
 
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/file.hpp"
+#include "kbrl/dataset/load.hpp"
 #include "kbrl/prompt/chat_renderer.hpp"
 
 namespace kbrl::train {
@@ -584,6 +585,16 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
   // loaded.
   if (!c.evaluator.static_check_config.empty()) eval::local_evaluator_config(c.evaluator);
   return c;
+}
+
+std::filesystem::path problems_path(const RunConfig& config) {
+  if (!config.dataset.problems.empty()) return config.dataset.problems;
+  namespace fs = std::filesystem;
+  try {
+    return dataset::find_kernelbench({fs::current_path(), fs::absolute(config.log_path).parent_path()});
+  } catch (const core::InvalidArgument& e) {
+    throw core::ConfigError("config", "dataset.problems", e.what());
+  }
 }
 
 dataset::ProblemFilter problem_filter(const DatasetSection& d) {

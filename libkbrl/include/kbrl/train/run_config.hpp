@@ -111,6 +111,12 @@ RunConfig load_run_config(const std::optional<std::filesystem::path>& yaml, cons
 // dataset::filter_problems.
 dataset::ProblemFilter problem_filter(const DatasetSection& dataset);
 
+// Where the run's problems are: dataset.problems, or when that is empty the KernelBench checkout
+// found for this run (dataset::find_kernelbench: $KERNELBENCH_ROOT, else KernelBench/ or
+// kernelbench/ in the working directory or beside log_path). Throws core::ConfigError for
+// dataset.problems saying where it looked.
+std::filesystem::path problems_path(const RunConfig& config);
+
 // Every key, in schema order, as YAML that load_run_config reads back to an equal config.
 std::string to_yaml(const RunConfig& config);
 void write_resolved(const RunConfig& config, const std::filesystem::path& path);

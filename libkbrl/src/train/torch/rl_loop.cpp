@@ -694,9 +694,7 @@ model::LoraConfig lora_config(const RunConfig& config) {
 env::DatasetOptions dataset_options(const RunConfig& config, const reward::RewardRegistry& registry) {
   const auto& d = config.dataset;
   env::DatasetOptions o;
-  const fs::path problems =
-      d.problems.empty() ? dataset::find_kernelbench({fs::current_path(), fs::absolute(config.log_path).parent_path()})
-                         : fs::path(d.problems);
+  const fs::path problems = problems_path(config);
   o.problems = dataset::filter_problems(dataset::load_problems(problems), problem_filter(d));
   if (o.problems.empty())
     throw core::ConfigError("config", "dataset.problems", cat("no problems in ", problems.string(), " pass the filters"));
