@@ -1,6 +1,7 @@
 #include "kbrl/check/static_check.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
@@ -127,7 +128,8 @@ std::map<std::string, Severity> static_check_policy(std::string_view name) {
             {"side_stream", Severity::warning}};
   if (name == "fusion")
     return {{"reference_op_in_forward", Severity::warning}, {"reference_all_in_library", Severity::error}};
-  throw InvalidArgument(fmt::format("static check policy: unknown policy '{}' (known: strict, kernelbench, fusion)", name));
+  throw InvalidArgument(
+      fmt::format("static check policy: unknown policy '{}' (known: {})", name, fmt::join(static_check_policies(), ", ")));
 }
 
 void validate(const StaticCheckConfig& config) {
