@@ -4,6 +4,7 @@
 #include <kbrl/core/json.hpp>
 #include <kbrl/dataset/load.hpp>
 #include <kbrl/eval/local_evaluator.hpp>
+#include <kbrl/reward/reward.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -125,6 +126,63 @@ TEST_CASE("our CUDA kernels for KernelBench level-1 problems are correct with se
     }
   }
   CHECK(correct >= 10);
+}
+
+TEST_CASE("a kept cuDNN convolution with a fused CUDA epilogue is correct with a speed reward under kernelbench and "
+          "fusion, zero under strict") {
+  // KernelBench level2/1_Conv2D_ReLU_BiasAdd answered the way KernelBench counts as legitimate on
+  // level 2: nn.Conv2d kept, ReLU and the bias add fused into one CUDA pass.
+  const char* root = std::getenv("KBRL_KERNELBENCH_ROOT");
+  if (root == nullptr) KBRL_SKIP("KBRL_KERNELBENCH_ROOT is not set");
+  const std::string problem = "level2/1_Conv2D_ReLU_BiasAdd.py";
+  const fs::path problem_path = fs::path(root) / "KernelBench" / problem;
+  if (!fs::exists(problem_path)) KBRL_SKIP(problem_path.string() + " is missing (a checkout with level 2 is needed)");
+  core::EvalRequest request;
+  request.problem = problem_from(problem_path, problem);
+  request.candidate_source = read_text(fs::path(KBRL_SOURCE_DIR) / "tests/gpu/kernelbench_l2/1_Conv2D_ReLU_BiasAdd.py");
+  request.language = core::KernelLanguage::cuda;
+  core::Completion completion;
+  completion.text = "<KERNEL>\n" + request.candidate_source + "</KERNEL>";
+  completion.kernel = request.candidate_source;
+  completion.has_kernel_block = true;
+  completion.format_ok = true;
+  std::string table = "| policy | verdict | speedup | runtime ms | reference ms | kbrl_stage3 reward | stage3 (kernel_rl) reward |\n"
+                      "|---|---|---|---|---|---|---|\n";
+  json::array all;
+  auto c = cuda_config("level2-fusion");
+  c.static_checks = true;
+  for (const std::string policy : {"strict", "kernelbench", "fusion"}) {
+    INFO("policy " << policy);
+    c.static_check_policy = policy;
+    eval::LocalEvaluator ev(c);
+    request.request_id = "l2_1_fused_epilogue_" + policy;
+    const auto r = ev.evaluate({request}).at(0);
+    INFO(r.error_message);
+    const auto ours = reward::compute_reward(r, completion, reward::RewardConfig::preset("kbrl_stage3"));
+    const auto seeds = reward::compute_reward(r, completion, reward::RewardConfig::preset("stage3"));
+    table += fmt::format("| {} | {} | {} | {} | {} | {:.4f} | {:.4f} |\n", policy,
+                         r.correct ? std::string("correct") : std::string(core::to_string(r.error_category)),
+                         r.speedup ? fmt::format("{:.3f}", *r.speedup) : "-",
+                         r.runtime ? fmt::format("{:.4f}", r.runtime->mean_ms) : "-",
+                         r.ref_runtime ? fmt::format("{:.4f}", r.ref_runtime->mean_ms) : "-", ours.total, seeds.total);
+    all.push_back(json::value_from(r));
+    CHECK(r.metadata.at("static_check_policy") == policy);
+    if (policy == "strict") {
+      CHECK(r.error_category == core::ErrorCategory::static_check);
+      CHECK(ours.total == 0.0);
+      CHECK(seeds.total == 0.0);
+      continue;
+    }
+    CHECK(r.correct);
+    REQUIRE(r.speedup.has_value());
+    CHECK(*r.speedup > 0.5);  // the convolution dominates both programs
+    CHECK(ours.values.count("speed") == 1);
+    CHECK(ours.total > 0.0);
+    CHECK(seeds.total > 0.0);
+  }
+  std::cout << table;
+  save("level2_fusion.md", table);
+  save("level2_fusion.json", json::serialize(all));
 }
 
 TEST_CASE("GPU reward hacks are caught and the GPU recovers after an illegal memory access") {
