@@ -764,7 +764,9 @@ class Runner:
 
     def keep(self, tensors, reserve):
         """Reference outputs stay on the device while `reserve` bytes remain free for what is to
-        come (the candidate's inputs, outputs and working memory); beyond that they wait on the host."""
+        come (the candidate's inputs, outputs and working memory); beyond that they wait on the host.
+        Each is kept compact (compact_tensors): a kept output holds what it shows, no more."""
+        tensors = compact_tensors(tensors, self.torch)
         if not self.is_cuda or self.free_bytes() >= reserve:
             return tensors
         return self.to_host(tensors)
@@ -1035,6 +1037,19 @@ def same_tensor(h, a, b):
 
 def mutated(h, before, after):
     return any(h.is_tensor(a) and not same_tensor(h, a, b) for a, b in zip(before, after))
+
+
+def compact_tensors(values, torch):
+    """`values` with every tensor whose storage is larger than its elements need replaced by a
+    copy of its own: a view of a large output, or a 0-d loss from PyTorch's mse_loss or
+    smooth_l1_loss, which keeps its input-sized buffer (4 GiB for KernelBench's 96_HuberLoss).
+    Kept as is, a few such outputs fill a GPU."""
+    out = []
+    for v in values:
+        if torch.is_tensor(v) and v.untyped_storage().nbytes() > v.numel() * v.element_size():
+            v = v.clone(memory_format=torch.contiguous_format)
+        out.append(v)
+    return out
 
 
 def tensor_bytes(values, torch):

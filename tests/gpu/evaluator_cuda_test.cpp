@@ -170,7 +170,9 @@ TEST_CASE("a kept cuDNN convolution with a fused CUDA epilogue is correct with a
     if (policy == "strict") {
       CHECK(r.error_category == core::ErrorCategory::static_check);
       CHECK(ours.total == 0.0);
-      CHECK(seeds.total == 0.0);
+      // kernel_rl's presets charge a rejected candidate its cheating penalty (-1 on the compile
+      // term) and still pay its format and length terms: below zero, as there.
+      CHECK(seeds.total < 0.0);
       continue;
     }
     CHECK(r.correct);

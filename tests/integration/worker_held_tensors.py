@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The worker's census of live tensors (kbrl_worker.held_tensors), which a reference's
 out-of-memory message carries: tensors grouped by shape and dtype, largest first, a storage
-shared by views counted once, and what has been freed no longer counted.
+shared by views counted once, and what has been freed no longer counted. And what the worker
+keeps of a reference's outputs (Runner.keep) holds only what they show: PyTorch's 0-d
+smooth_l1_loss keeps its input-sized buffer, which, kept once per timed call, filled an H100.
 
 usage: worker_held_tensors.py   (exit status 0 when every check held)
 """
@@ -14,6 +16,25 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "libkbrl", "worker"))
 import torch  # noqa: E402
 
 import kbrl_worker  # noqa: E402
+
+
+def check_keep_is_compact():
+    failures = []
+    a, b = torch.rand(1024, 1024), torch.rand(1024, 1024)
+    loss = torch.nn.functional.smooth_l1_loss(a, b)
+    if loss.untyped_storage().nbytes() != a.numel() * 4:
+        # PyTorch changed: the case below no longer tests what it was written for.
+        failures.append("smooth_l1_loss's 0-d output has a storage of {} bytes, expected {}".format(
+            loss.untyped_storage().nbytes(), a.numel() * 4))
+    row = a[3]  # a view: 4 KiB of a 4 MiB storage
+    runner = kbrl_worker.Runner(torch, kbrl_worker.Harness(torch), "cpu", "fp32", False)
+    kept = runner.keep([loss, row, b, 7], reserve=0)
+    if [k.untyped_storage().nbytes() if torch.is_tensor(k) else k for k in kept] != [4, 4096, b.numel() * 4, 7]:
+        failures.append("keep did not make the outputs compact: storages of {}".format(
+            [k.untyped_storage().nbytes() if torch.is_tensor(k) else k for k in kept]))
+    if not (torch.equal(kept[0], loss) and torch.equal(kept[1], row) and kept[2] is b):
+        failures.append("keep changed a value, or copied a tensor that was compact already")
+    return failures
 
 
 def main():
@@ -38,6 +59,7 @@ def main():
         failures.append("freed tensors are still counted: " + after)
     if not kbrl_worker.held_tensors(torch, "cuda").startswith("live cuda tensors: 0 storages, 0.00 GiB (none)"):
         failures.append("a device with no tensors is not reported empty")
+    failures += check_keep_is_compact()
     print(before)
     for f in failures:
         print("FAILED:", f)
