@@ -1,7 +1,8 @@
 // kbrl-eval: evaluates kernel candidates against KernelBench-format problems.
-//   kbrl-eval generations --problems <root|dir|jsonl> --level L --run <dir> [options]
+//   kbrl-eval generations --problems <root|dir|jsonl> --level L[,L...] --run <dir> [--turns N] [options]
 //   kbrl-eval kernel --problem <file> --kernel <file> [options]
-//   kbrl-eval model --model <checkpoint> [--adapter <dir>] --problems ... --level L --samples K --run <dir>
+//   kbrl-eval model --model <checkpoint> [--adapter <dir>] --problems ... --level L[,L...] --samples K --run <dir>
+//                   [--turns N]
 // `kbrl-eval <command> --help` lists every option; the evaluator's come from kbrl/eval/settings.hpp.
 #include <algorithm>
 #include <atomic>
@@ -17,15 +18,19 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli.hpp"
 #include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/dataset/load.hpp"
+#include "kbrl/env/kernelbench_env.hpp"
 #include "kbrl/core/hash.hpp"
 #include "kbrl/eval/local_evaluator.hpp"
 #include "kbrl/eval/settings.hpp"
@@ -34,6 +39,8 @@
 #include "kbrl/log/progress.hpp"
 #include "kbrl/log/tensorboard.hpp"
 #include "kbrl/prompt/answer_parser.hpp"
+#include "kbrl/prompt/task_prompt.hpp"
+#include "run_files.hpp"
 #ifdef KBRL_EVAL_HAS_MODEL
 #include "sample_model.hpp"
 #endif
@@ -97,18 +104,6 @@ std::string verdict(const core::EvalResult& r) {
   return fmt::format("{}: {}", core::to_string(r.error_category), r.error_message.substr(0, r.error_message.find('\n')));
 }
 
-void write_summary(const eval::EvalSummary& s, const std::string& extra_path, const fs::path& default_path) {
-  const std::string text = json::serialize(eval::to_json_value(s));
-  std::vector<fs::path> paths;
-  if (!default_path.empty()) paths.push_back(default_path);
-  if (!extra_path.empty()) paths.emplace_back(extra_path);
-  for (const auto& p : paths) {
-    std::ofstream out(p, std::ios::trunc);
-    out << text << "\n";
-    if (!out) throw core::Error(fmt::format("cannot write {}", p.string()));
-  }
-}
-
 struct KernelCommand {
   std::string problem, kernel;
   RequestOptions request;
@@ -130,17 +125,21 @@ int cmd_kernel(const KernelCommand& k, const eval::EvaluatorSettings& settings) 
 
 struct GenerationsCommand {
   std::string problems;
-  int level = 0;
+  std::vector<int> levels;
   std::string run;
   std::string layout = "current";  // of eval_results.json
   RequestOptions request;
+  // Multi-turn (--turns N): the training environment's episode rules and feedback (env::EnvOptions).
+  int turns = 1;
+  bool no_early_stop = false;
+  double early_stop_speedup = 0.0;
+  bool keep_thinking = false;
+  bool no_one_shot = false;
 };
 
-struct Candidate {
-  int problem = 0;
-  int sample = 0;
-  fs::path path;
-};
+// (level, problem, sample, turn): one answer of a run.
+using Key = std::tuple<int, int, int, int>;
+using ProblemKey = std::pair<int, int>;  // (level, number)
 
 // --problems, or where KernelBench is found without it (dataset::find_kernelbench: $KERNELBENCH_ROOT,
 // else a checkout in the working directory or beside the run folder), said on stderr.
@@ -156,72 +155,265 @@ std::string problems_of(const GenerationsCommand& g) {
   }
 }
 
-int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& settings) {
-  // First, so that an interrupt at any point ends in the files of what is done and exit code 130.
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
+// The problems of the levels asked for, by (level, number). A folder of problems without levels
+// (level 0) counts as the one level given, and cannot serve several.
+std::map<ProblemKey, core::Problem> load_levels(const fs::path& path, const std::vector<int>& levels) {
+  std::map<ProblemKey, core::Problem> out;
+  int unlevelled = 0;
+  for (auto& p : dataset::load_problems(path)) {
+    if (p.level == 0) {
+      ++unlevelled;
+      if (levels.size() == 1) out.emplace(ProblemKey{levels[0], p.number}, std::move(p));
+    } else if (std::find(levels.begin(), levels.end(), p.level) != levels.end()) {
+      out.emplace(ProblemKey{p.level, p.number}, std::move(p));
+    }
+  }
+  if (unlevelled > 0 && levels.size() > 1)
+    throw core::InvalidArgument(fmt::format(
+        "{} holds {} problems without a level (a plain folder): it serves one --level, not {}; give one level, or a "
+        "KernelBench checkout or JSONL file whose problems name their level",
+        path.string(), unlevelled, fmt::join(levels, ",")));
+  return out;
+}
+
+env::EnvOptions episode_options(const GenerationsCommand& g, const core::EvalRequest& base) {
+  env::EnvOptions o;
+  o.prompt.language = base.language;
+  o.prompt.precision = base.precision;
+  o.prompt.one_shot = !g.no_one_shot;
+  o.max_turns = g.turns;
+  o.early_stop = !g.no_early_stop;
+  o.early_stop_min_speedup = g.early_stop_speedup;
+  o.keep_thinking = g.keep_thinking;
+  return o;
+}
+
+// A candidate file as the policy's answer, for the conversation of a later turn: a raw answer
+// parsed as the training environment parses it, a bare program taken as the answer's program.
+core::Completion completion_of(const std::string& text) {
+  core::Completion c = prompt::parse_completion(text);
+  if (c.kernel.empty()) {
+    c.kernel = candidate_program(text);
+    c.format_ok = true;
+  }
+  return c;
+}
+
+// The better of two attempts of one episode: a correct one over an incorrect one, then the faster,
+// then the later.
+const core::EvalResult* better(const core::EvalResult* a, const core::EvalResult* b) {
+  if (a == nullptr) return b;
+  if (a->correct != b->correct) return a->correct ? a : b;
+  if (a->correct && a->speedup.value_or(0.0) > b->speedup.value_or(0.0)) return a;
+  return b;
+}
+
+// One sampled episode: its evaluated attempts in turn order, up to the one that ended it.
+struct Episode {
+  int level = 0, problem = 0, sample = 0;
+  std::vector<const core::EvalResult*> attempts;
+  bool ended = false;
+  const core::EvalResult& best(std::size_t turns) const {
+    const core::EvalResult* b = nullptr;
+    for (std::size_t t = 0; t < std::min(turns, attempts.size()); ++t) b = better(b, attempts[t]);
+    return *b;
+  }
+};
+
+// Replays every episode from its evaluated attempts and writes the next turn's conversation for
+// each that goes on and has no answer for it yet. Returns the episodes; `waiting` counts the
+// conversations without an answer.
+std::vector<Episode> replay_episodes(const GenerationsCommand& g, const std::map<Key, core::EvalResult>& done,
+                                     const std::map<Key, fs::path>& files,
+                                     const std::map<ProblemKey, core::Problem>& problems, const env::EnvOptions& options,
+                                     int& waiting) {
+  std::vector<Episode> episodes;
+  waiting = 0;
+  for (const auto& [key, first] : done) {
+    const auto [level, problem, sample, turn] = key;
+    if (turn != 1) continue;
+    Episode e{level, problem, sample, {}, false};
+    for (int t = 1; t <= g.turns; ++t) {
+      const auto it = done.find({level, problem, sample, t});
+      if (it == done.end()) break;  // this turn's answer is not evaluated (or not there) yet
+      e.attempts.push_back(&it->second);
+      if (env::episode_ends(it->second, t - 1, options)) {
+        e.ended = true;
+        break;
+      }
+      if (files.count({level, problem, sample, t + 1}) != 0) continue;
+      const auto p = problems.find({level, problem});
+      if (p == problems.end()) break;  // its problem is not among those loaded: no conversation to write
+      auto messages = prompt::build_messages(p->second, options.prompt);
+      for (int k = 1; k <= t; ++k) {
+        const auto file = files.find({level, problem, sample, k});
+        if (file == files.end()) break;
+        env::add_attempt(messages, completion_of(core::read_file(file->second)), done.at({level, problem, sample, k}),
+                         k - 1, options);
+      }
+      json::array conversation;
+      for (const auto& m : messages) conversation.push_back(json::object{{"role", m.role}, {"content", m.content}});
+      const json::object prompt{{"level", level}, {"problem", problem}, {"problem_id", p->second.id},
+                                {"sample", sample}, {"turn", t + 1},     {"messages", std::move(conversation)}};
+      core::write_file_atomically(apps::prompt_file(g.run, level, problem, sample, t + 1), json::serialize(prompt) + "\n");
+      ++waiting;
+      break;
+    }
+    episodes.push_back(std::move(e));
+  }
+  return episodes;
+}
+
+// Summaries of each episode's best attempt (over all its turns, or through turn t), and the
+// summary file's JSON: the whole run's numbers, then "levels" (with several) and "turns" (with
+// --turns above 1) holding the same numbers per level and through each turn.
+struct RunSummary {
+  eval::EvalSummary all;
+  std::map<int, eval::EvalSummary> levels;
+  std::map<int, eval::EvalSummary> turns;
+  int waiting = 0;
+};
+
+RunSummary summarize_run(const GenerationsCommand& g, const std::vector<Episode>& episodes, int waiting) {
+  RunSummary s;
+  s.waiting = waiting;
+  auto bests = [&](int level, std::size_t through) {
+    std::vector<core::EvalResult> out;
+    for (const auto& e : episodes)
+      if (level == 0 || e.level == level) out.push_back(e.best(through));
+    return out;
+  };
+  const auto every = static_cast<std::size_t>(g.turns);
+  s.all = eval::summarize(bests(0, every));
+  if (g.levels.size() > 1)
+    for (int level : g.levels) s.levels[level] = eval::summarize(bests(level, every));
+  if (g.turns > 1)
+    for (int t = 1; t <= g.turns; ++t) s.turns[t] = eval::summarize(bests(0, static_cast<std::size_t>(t)));
+  return s;
+}
+
+json::object to_json(const RunSummary& s) {
+  json::object o = eval::to_json_value(s.all).as_object();
+  if (!s.levels.empty()) {
+    json::object levels;
+    for (const auto& [level, sum] : s.levels) levels[std::to_string(level)] = eval::to_json_value(sum);
+    o["levels"] = std::move(levels);
+  }
+  if (!s.turns.empty()) {
+    json::object turns;
+    for (const auto& [turn, sum] : s.turns) turns[std::to_string(turn)] = eval::to_json_value(sum);
+    o["turns"] = std::move(turns);
+    o["next_turn_prompts_waiting"] = s.waiting;
+  }
+  return o;
+}
+
+std::string one_line(const eval::EvalSummary& s) {
+  std::string out = fmt::format("{} episodes, compiled {:.1f}%, correct {:.1f}%", s.total, 100.0 * s.compile_rate,
+                                100.0 * s.correct_rate);
+  if (s.fast_p.count(1.0) != 0) out += fmt::format(", fast_1 {:.1f}%", 100.0 * s.fast_p.at(1.0));
+  for (const auto& [k, v] : s.pass_at_k) out += fmt::format(", pass@{} {:.1f}%", k, 100.0 * v);
+  return out;
+}
+
+std::string format_run_summary(const RunSummary& s) {
+  std::string out = eval::format_summary(s.all);
+  for (const auto& [level, sum] : s.levels) out += fmt::format("  level {}: {}\n", level, one_line(sum));
+  for (const auto& [turn, sum] : s.turns) out += fmt::format("  through turn {}: {}\n", turn, one_line(sum));
+  if (!s.turns.empty() && s.waiting > 0)
+    out += fmt::format("  {} episodes wait for their next answer (*_turn_T_prompt.json in the run folder)\n", s.waiting);
+  return out;
+}
+
+struct GenerationsOutcome {
+  int exit_code = apps::kExitOk;
+  int waiting = 0;  // next-turn conversations without an answer
+  RunSummary summary;
+};
+
+// Evaluates what the run folder holds that eval_results.jsonl does not, then writes the results,
+// the summary and (multi-turn) the next turn's conversations.
+GenerationsOutcome evaluate_run(const GenerationsCommand& g, const eval::EvaluatorSettings& settings) {
   const fs::path problems_path = problems_of(g);
-  const int level = g.level;
   const fs::path run_dir = g.run;
   if (!fs::is_directory(run_dir)) throw core::InvalidArgument(fmt::format("--run: {} is not a directory", run_dir.string()));
+  const auto problems = load_levels(problems_path, g.levels);
+  const auto wanted = [&](int level) { return std::find(g.levels.begin(), g.levels.end(), level) != g.levels.end(); };
 
-  std::map<int, core::Problem> by_number;
-  for (auto& p : dataset::load_problems(problems_path))
-    if (p.level == level || p.level == 0) by_number.emplace(p.number, std::move(p));
-
-  const std::regex name(fmt::format(R"(level_{}_problem_(\d+)_sample_(\d+)_kernel\.py)", level));
-  std::vector<Candidate> candidates;
+  // Every answer file of the levels asked for, turn 1 without a suffix.
+  const std::regex name(R"(level_(\d{1,9})_problem_(\d{1,9})_sample_(\d{1,9})(_turn_(\d{1,9}))?_kernel\.py)");
+  std::map<Key, fs::path> files;
+  int later_turns = 0;
   for (const auto& entry : fs::directory_iterator(run_dir)) {
     std::smatch m;
     const std::string file = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(file, m, name))
-      candidates.push_back({std::stoi(m[1]), std::stoi(m[2]), entry.path()});
+    if (!entry.is_regular_file() || !std::regex_match(file, m, name) || !wanted(std::stoi(m[1]))) continue;
+    const int turn = m[5].matched ? std::stoi(m[5]) : 1;
+    if (m[5].matched && turn < 2) {
+      std::cerr << fmt::format("warning: {} is skipped: a turn-1 answer has no _turn_ suffix\n", file);
+      continue;
+    }
+    if (turn > g.turns) {
+      ++later_turns;
+      continue;
+    }
+    files[{std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), turn}] = entry.path();
   }
-  std::sort(candidates.begin(), candidates.end(),
-            [](const Candidate& a, const Candidate& b) { return std::tie(a.problem, a.sample) < std::tie(b.problem, b.sample); });
-  if (candidates.empty())
-    throw core::InvalidArgument(fmt::format("no level_{}_problem_P_sample_S_kernel.py files in {}", level, run_dir.string()));
+  if (later_turns > 0)
+    std::cerr << fmt::format("warning: {} answers of turns after --turns {} are not evaluated\n", later_turns, g.turns);
+  if (files.empty())
+    throw core::InvalidArgument(fmt::format("no level_{}_problem_P_sample_S_kernel.py files in {}",
+                                            g.levels.size() == 1 ? std::to_string(g.levels[0]) : "L", run_dir.string()));
 
   // Resume: what eval_results.jsonl already holds is not evaluated again. A line torn by a kill
   // is not read (and is cut off when the writer below opens the file): that candidate is
-  // evaluated again.
+  // evaluated again. A line without "level" (written before runs had several) is the level's
+  // when one is given; without "turn", turn 1.
   const fs::path jsonl_path = run_dir / "eval_results.jsonl";
-  std::map<std::pair<int, int>, core::EvalResult> done;
+  std::map<Key, core::EvalResult> done;
   for (const auto& o : log::read_jsonl(jsonl_path)) {
     try {
-      done[{static_cast<int>(o.at("problem").to_number<int>()), static_cast<int>(o.at("sample").to_number<int>())}] =
-          json::value_to<core::EvalResult>(o.at("result"));
+      int level = 0;
+      if (o.contains("level")) level = static_cast<int>(o.at("level").to_number<int>());
+      else if (g.levels.size() == 1) level = g.levels[0];
+      if (!wanted(level)) continue;
+      const int turn = o.contains("turn") ? static_cast<int>(o.at("turn").to_number<int>()) : 1;
+      done[{level, static_cast<int>(o.at("problem").to_number<int>()), static_cast<int>(o.at("sample").to_number<int>()),
+            turn}] = json::value_to<core::EvalResult>(o.at("result"));
     } catch (const std::exception&) {
       // an object that is not a result line of ours: its candidate, if any, is evaluated again
     }
   }
 
   const core::EvalRequest base = base_request(g.request, settings);
-  std::vector<Candidate> todo;
-  std::set<int> missing;
-  for (const auto& c : candidates) {
-    if (done.count({c.problem, c.sample}) != 0) continue;
-    if (by_number.count(c.problem) == 0) {
-      missing.insert(c.problem);
+  std::vector<std::pair<Key, fs::path>> todo;
+  std::set<ProblemKey> missing;
+  for (const auto& [key, path] : files) {
+    if (done.count(key) != 0) continue;
+    const ProblemKey problem{std::get<0>(key), std::get<1>(key)};
+    if (problems.count(problem) == 0) {
+      missing.insert(problem);
       continue;
     }
-    todo.push_back(c);
+    todo.emplace_back(key, path);
   }
-  for (int m : missing)
-    std::cerr << fmt::format("warning: no problem {} at level {} in {}; its samples are skipped\n", m, level,
+  for (const auto& [level, number] : missing)
+    std::cerr << fmt::format("warning: no problem {} at level {} in {}; its samples are skipped\n", number, level,
                              problems_path.string());
-  std::cerr << fmt::format("{} candidates, {} already evaluated, {} to go\n", candidates.size(), done.size(), todo.size());
+  std::cerr << fmt::format("{} candidates, {} already evaluated, {} to go\n", files.size(), done.size(), todo.size());
 
   log::JsonlWriter jsonl(jsonl_path);
+  std::size_t unfinished = 0;
   {
     const auto evaluator = eval::make_evaluator(settings);
-    std::vector<std::pair<Candidate, std::future<core::EvalResult>>> pending;
-    for (const auto& c : todo) {
+    std::vector<std::pair<std::pair<Key, fs::path>, std::future<core::EvalResult>>> pending;
+    for (const auto& [key, path] : todo) {
+      const auto [level, problem, sample, turn] = key;
       core::EvalRequest r = base;
-      r.problem = by_number.at(c.problem);
-      r.candidate_source = candidate_program(core::read_file(c.path));
-      name_request(r, settings, fmt::format("level_{}_problem_{}_sample_{}", level, c.problem, c.sample));
-      pending.emplace_back(c, evaluator->submit(std::move(r)));
+      r.problem = problems.at({level, problem});
+      r.candidate_source = candidate_program(core::read_file(path));
+      name_request(r, settings, apps::run_file_stem(level, problem, sample, turn));
+      pending.emplace_back(std::pair{key, path}, evaluator->submit(std::move(r)));
     }
     log::Progress progress("evaluating", static_cast<long>(pending.size()));
     int correct = 0;
@@ -234,16 +426,16 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
         }
         const core::EvalResult r = it->second.get();
         correct += r.correct;
-        const json::object line{{"problem", it->first.problem},
-                                {"sample", it->first.sample},
-                                {"file", it->first.path.filename().string()},
-                                {"result", json::value_from(r)}};
+        const auto& [key, path] = it->first;
+        const auto [level, problem, sample, turn] = key;
+        const json::object line{{"level", level},   {"problem", problem},
+                                {"sample", sample}, {"turn", turn},
+                                {"file", path.filename().string()}, {"result", json::value_from(r)}};
         jsonl.write(line);
         jsonl.flush();
         // Kept as a resumed run will read it back (Boost.JSON may parse a double an ulp off), so
         // that the summary and eval_results.json do not depend on whether the run was resumed.
-        done[{it->first.problem, it->first.sample}] =
-            json::value_to<core::EvalResult>(core::parse_json(json::serialize(line.at("result"))));
+        done[key] = json::value_to<core::EvalResult>(core::parse_json(json::serialize(line.at("result"))));
         it = pending.erase(it);
         any = true;
         progress.advance(1, fmt::format("{} correct", correct));
@@ -251,21 +443,43 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
       if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     progress.finish();
-    if (g_interrupted) std::cerr << fmt::format("interrupted: {} evaluations not finished; run again to resume\n", pending.size());
+    unfinished = pending.size();
+    if (g_interrupted) std::cerr << fmt::format("interrupted: {} evaluations not finished; run again to resume\n", unfinished);
   }
 
+  GenerationsOutcome outcome;
+  const auto episodes = replay_episodes(g, done, files, problems, episode_options(g, base), outcome.waiting);
   // KernelBench's eval_results.json (eval::kernelbench_results: the current layout or, with
-  // --results-layout legacy, the older one).
-  std::vector<core::EvalResult> all;
-  for (const auto& [key, r] : done) all.push_back(r);
-  {
-    std::ofstream out(run_dir / "eval_results.json", std::ios::trunc);
-    out << json::serialize(eval::kernelbench_results(done, eval::parse_kernelbench_layout(g.layout))) << "\n";
+  // --results-layout legacy, the older one), each sample's best attempt; with several levels, one
+  // per level in RUN/level_L/, where KernelBench's analysis finds a run of that level.
+  for (int level : g.levels) {
+    std::map<std::pair<int, int>, core::EvalResult> best;
+    for (const auto& e : episodes)
+      if (e.level == level) best[{e.problem, e.sample}] = e.best(static_cast<std::size_t>(g.turns));
+    const fs::path dir = g.levels.size() == 1 ? run_dir : run_dir / fmt::format("level_{}", level);
+    fs::create_directories(dir);
+    core::write_file_atomically(dir / "eval_results.json",
+                                json::serialize(eval::kernelbench_results(best, eval::parse_kernelbench_layout(g.layout))) + "\n");
   }
-  const auto summary = eval::summarize(all);
-  write_summary(summary, g.request.summary_json, run_dir / "eval_summary.json");
-  std::cout << eval::format_summary(summary);
-  return g_interrupted ? apps::kExitInterrupted : apps::kExitOk;
+  outcome.summary = summarize_run(g, episodes, outcome.waiting);
+  const std::string text = json::serialize(to_json(outcome.summary)) + "\n";
+  core::write_file_atomically(run_dir / "eval_summary.json", text);
+  if (!g.request.summary_json.empty()) core::write_file_atomically(g.request.summary_json, text);
+  outcome.exit_code = g_interrupted ? apps::kExitInterrupted : apps::kExitOk;
+  return outcome;
+}
+
+void catch_interrupts() {
+  // First, so that an interrupt at any point ends in the files of what is done and exit code 130.
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+}
+
+int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& settings) {
+  catch_interrupts();
+  const auto outcome = evaluate_run(g, settings);
+  std::cout << format_run_summary(outcome.summary);
+  return outcome.exit_code;
 }
 
 struct ModelCommand {
@@ -278,22 +492,29 @@ struct ModelCommand {
   std::int64_t top_k = 0;
   std::uint64_t sample_seed = 0;
   std::string chat_template = "auto", model_device = "auto", model_dtype = "auto";
-  bool no_one_shot = false;
   std::string tensorboard;
   std::int64_t step = -1;
 };
 
+// Every number of the summary as a TensorBoard scalar, its path in the JSON its tag (eval/correct_rate,
+// eval/turns/2/pass_at_k/pass@1, ...).
+void add_scalars(log::TensorBoardWriter& tb, const std::string& tag, const json::value& v, std::int64_t step) {
+  if (v.is_number()) tb.add_scalar(tag, v.to_number<double>(), step);
+  if (v.is_object())
+    for (const auto& [key, sub] : v.as_object()) add_scalars(tb, tag + "/" + std::string(key), sub, step);
+}
+
 int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
 #ifdef KBRL_EVAL_HAS_MODEL
+  catch_interrupts();
   const GenerationsCommand& g = m.generations;
   const fs::path run_dir = g.run;
   fs::create_directories(run_dir);
   const std::string problems_path = problems_of(g);
-  std::vector<core::Problem> problems;
-  for (auto& p : dataset::load_problems(problems_path))
-    if (p.level == g.level || p.level == 0) problems.push_back(std::move(p));
+  std::vector<std::pair<int, core::Problem>> problems;
+  for (auto& [key, p] : load_levels(problems_path, g.levels)) problems.emplace_back(key.first, std::move(p));
   if (problems.empty())
-    throw core::InvalidArgument(fmt::format("no problems of level {} in {}", g.level, problems_path));
+    throw core::InvalidArgument(fmt::format("no problems of level {} in {}", fmt::join(g.levels, ","), problems_path));
   apps::ModelSamplingOptions o;
   o.model = m.model;
   o.adapter = m.adapter;
@@ -306,27 +527,25 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
   o.chat_template = m.chat_template;
   o.device = m.model_device;
   o.dtype = m.model_dtype;
-  const core::EvalRequest base = base_request(g.request, settings);
-  o.prompt.language = base.language;
-  o.prompt.precision = base.precision;
-  o.prompt.one_shot = !m.no_one_shot;
-  const int written = apps::sample_generations(problems, g.level, run_dir, o);
-  std::cerr << fmt::format("{} answers sampled into {}\n", written, run_dir.string());
-  const int rc = cmd_generations(g, settings);
+  o.prompt = episode_options(g, base_request(g.request, settings)).prompt;
+  apps::ModelSampler sampler(o, run_dir);
+  // Turn by turn: sample what is missing, evaluate it, and go on while episodes wait for their
+  // next answer (the conversations the evaluation wrote).
+  GenerationsOutcome outcome;
+  for (int turn = 1; turn <= g.turns && !g_interrupted; ++turn) {
+    const int written = turn == 1 ? sampler.sample_problems(problems) : sampler.sample_prompts(turn);
+    std::cerr << fmt::format("turn {}: {} answers sampled into {}\n", turn, written, run_dir.string());
+    outcome = evaluate_run(g, settings);
+    if (outcome.exit_code != apps::kExitOk || outcome.waiting == 0) break;
+  }
+  std::cout << format_run_summary(outcome.summary);
   if (!m.tensorboard.empty()) {
-    const auto summary = core::parse_json(core::read_file(run_dir / "eval_summary.json")).as_object();
     log::TensorBoardWriter tb(fs::path(m.tensorboard) / "tb");
-    for (const auto& [key, value] : summary) {
-      if (value.is_number()) tb.add_scalar(fmt::format("eval/{}", std::string(key)), value.to_number<double>(), m.step);
-      if (value.is_object())
-        for (const auto& [sub, v] : value.as_object())
-          if (v.is_number())
-            tb.add_scalar(fmt::format("eval/{}/{}", std::string(key), std::string(sub)), v.to_number<double>(), m.step);
-    }
+    add_scalars(tb, "eval", to_json(outcome.summary), m.step);
     tb.flush();
     std::cerr << fmt::format("summary written to {} at step {}\n", (fs::path(m.tensorboard) / "tb").string(), m.step);
   }
-  return rc;
+  return g_interrupted ? apps::kExitInterrupted : outcome.exit_code;
 #else
   (void)m;
   (void)settings;
@@ -339,8 +558,10 @@ void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
                  "a KernelBench checkout, a folder of problems or a JSONL file (default: $KERNELBENCH_ROOT, else a "
                  "KernelBench/ or kernelbench/ checkout in the working directory or beside --run)")
       ->type_name("PATH");
-  cmd.add_option("--level", g.level, "KernelBench level (a plain folder's problems count as this level)")
+  cmd.add_option("--level", g.levels,
+                 "KernelBench level, or several (1,2,3): a plain folder's problems count as the one level given")
       ->required()
+      ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--run", g.run, "the folder of generations and results")->required()->type_name("DIR");
   cmd.add_option("--results-layout", g.layout,
@@ -348,6 +569,18 @@ void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
                  "as it did before (legacy: problem -> sample -> result)")
       ->check(CLI::IsMember({"current", "legacy"}))
       ->capture_default_str();
+  cmd.add_option("--turns", g.turns,
+                 "multi-turn episodes of up to N answers, as kbrl-train's env.multi_turn: after each attempt that "
+                 "does not end its episode, RUN/level_L_problem_P_sample_S_turn_T_prompt.json holds the next turn's "
+                 "conversation (the feedback of the training environment) [default: 1]")
+      ->check(CLI::PositiveNumber);
+  cmd.add_flag("--no-early-stop", g.no_early_stop, "multi-turn: go on after a correct kernel (env.early_stop: false)");
+  cmd.add_option("--early-stop-speedup", g.early_stop_speedup,
+                 "multi-turn: a correct kernel ends its episode only at this speedup [default: 0, any]")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--keep-thinking", g.keep_thinking,
+               "multi-turn: earlier answers keep their <think> block, cut short (env.keep_thinking)");
+  cmd.add_flag("--no-one-shot", g.no_one_shot, "the task prompt without the worked example");
 }
 
 }  // namespace
@@ -362,9 +595,11 @@ int main(int argc, char** argv) {
   GenerationsCommand generations;
   auto* gen = app.add_subcommand(
       "generations",
-      "Evaluates every RUN/level_L_problem_P_sample_S_kernel.py against problem P of level L. Writes "
-      "RUN/eval_results.json (KernelBench's layout), RUN/eval_results.jsonl (every field, one line per candidate, "
-      "written as results arrive) and RUN/eval_summary.json. Already evaluated candidates are skipped; Ctrl-C "
+      "Evaluates every RUN/level_L_problem_P_sample_S_kernel.py (and, with --turns, its "
+      "..._turn_T_kernel.py answers) against problem P of level L. Writes RUN/eval_results.json (KernelBench's "
+      "layout, each sample's best attempt; with several levels, RUN/level_L/eval_results.json), "
+      "RUN/eval_results.jsonl (every field, one line per candidate, written as results arrive) and "
+      "RUN/eval_summary.json (per level and through each turn). Already evaluated candidates are skipped; Ctrl-C "
       "keeps what is done (exit code 130).");
   add_problem_options(*gen, generations);
   add_request_options(*gen, generations.request);
@@ -385,7 +620,7 @@ int main(int argc, char** argv) {
       "model",
       "Samples --samples answers per problem from a checkpoint (plus a PEFT adapter), writes them to RUN as "
       "generations (RUN/generations.jsonl holds the raw answers), then evaluates them exactly as `generations` "
-      "does. Resumes both halves.");
+      "does; with --turns N, answers each episode's feedback turn by turn. Resumes every half.");
   mod->add_option("--model", model.model, "Hugging Face checkpoint folder")->required()->type_name("DIR");
   mod->add_option("--adapter", model.adapter, "PEFT adapter folder")->type_name("DIR");
   add_problem_options(*mod, model.generations);
@@ -403,7 +638,6 @@ int main(int argc, char** argv) {
   mod->add_option("--model-device", model.model_device, "auto, cpu, cuda, cuda:N [default: auto]");
   mod->add_option("--model-dtype", model.model_dtype, "auto (bf16 on cuda), bf16, fp32 [default: auto]")
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
-  mod->add_flag("--no-one-shot", model.no_one_shot, "leave the worked example out of the prompt");
   auto* step = mod->add_option("--step", model.step, "the TensorBoard step of --tensorboard")->check(CLI::NonNegativeNumber);
   mod->add_option("--tensorboard", model.tensorboard, "also write the summary into RUN/tb of this run directory")
       ->type_name("RUN")

@@ -1,12 +1,15 @@
 // `kbrl-eval model`'s sampling half (a torch translation unit of its own, so the rest of
 // kbrl-eval builds without libtorch): answers of a checkpoint (optionally with a LoRA adapter)
-// to the task prompts, written where `kbrl-eval generations` reads candidates. The checkpoint is
-// a train::Policy, as in kbrl-train: the same chat template, stop tokens and decoding.
+// to the task prompts, and in a multi-turn run to the next turn's conversations, written where
+// `kbrl-eval generations` reads candidates (run_files.hpp). The checkpoint is a train::Policy, as
+// in kbrl-train: the same chat template, stop tokens and decoding.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kbrl/core/types.hpp"
@@ -29,12 +32,26 @@ struct ModelSamplingOptions {
   prompt::PromptOptions prompt;
 };
 
-// For every problem without all of its samples in `run`, samples the missing ones and writes
-// run/level_<L>_problem_<P>_sample_<S>_kernel.py (the raw answer; kbrl-eval's parser extracts
-// the program) and a line per answer in run/generations.jsonl (prompt, answer, token count,
-// stop reason). Returns the number of answers written. Sample s of problem p is drawn with a
-// seed of (seed, p, s), so a resumed run writes what one uninterrupted run would have.
-int sample_generations(const std::vector<core::Problem>& problems, int level, const std::filesystem::path& run,
-                       const ModelSamplingOptions& options);
+// Every answer is written as the raw answer (kbrl-eval's parser extracts the program) with a line
+// in run/generations.jsonl (level, problem, sample, turn, answer, token count, stop reason). The
+// checkpoint is loaded when there is something to sample. Draws are seeded by (seed, level,
+// problem, turn), so a resumed run writes what one uninterrupted run would have.
+class ModelSampler {
+ public:
+  ModelSampler(ModelSamplingOptions options, std::filesystem::path run);
+  ~ModelSampler();
+  ModelSampler(const ModelSampler&) = delete;
+  ModelSampler& operator=(const ModelSampler&) = delete;
+
+  // Turn 1: the samples missing in the run of every (level, problem). Returns the number written.
+  int sample_problems(const std::vector<std::pair<int, core::Problem>>& problems);
+  // Turn >= 2: an answer to each run/level_L_problem_P_sample_S_turn_<turn>_prompt.json that has
+  // none yet. Returns the number written.
+  int sample_prompts(int turn);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace kbrl::apps

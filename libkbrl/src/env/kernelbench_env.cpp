@@ -33,6 +33,18 @@ StepResult score(core::Completion completion, core::EvalResult eval, int turn, c
 
 }  // namespace
 
+bool episode_ends(const core::EvalResult& e, int turn, const EnvOptions& options) {
+  const bool fast_enough = options.early_stop_min_speedup <= 0 || e.speedup.value_or(0.0) >= options.early_stop_min_speedup;
+  return turn + 1 >= options.max_turns || (options.early_stop && e.correct && fast_enough);
+}
+
+void add_attempt(std::vector<core::Message>& history, const core::Completion& completion, const core::EvalResult& e,
+                 int turn, const EnvOptions& options) {
+  history.push_back({"assistant", earlier_answer(completion, options.kernel_excerpt_chars,
+                                                 options.keep_thinking ? options.thinking_excerpt_chars : -1)});
+  history.push_back({"user", feedback_message(e, turn + 1, options.max_turns, options)});
+}
+
 KernelBenchEnv::KernelBenchEnv(core::Problem problem, EnvOptions options, eval::Evaluator& evaluator,
                                std::string request_prefix)
     : problem_(std::move(problem)), options_(std::move(options)), evaluator_(evaluator), prefix_(std::move(request_prefix)) {}
@@ -95,13 +107,9 @@ std::future<StepResult> MultiTurnKernelBenchEnv::step(core::Completion sampled) 
   done_ = true;  // until the future is read
   return std::async(std::launch::deferred, [this, inner = std::move(inner), turn]() mutable {
     StepResult r = inner.get();
-    const auto& e = r.eval;
-    const bool fast_enough = options_.early_stop_min_speedup <= 0 || e.speedup.value_or(0.0) >= options_.early_stop_min_speedup;
-    r.done = turn + 1 >= options_.max_turns || (options_.early_stop && e.correct && fast_enough);
+    r.done = episode_ends(r.eval, turn, options_);
     if (!r.done) {
-      history_.push_back({"assistant", earlier_answer(r.completion, options_.kernel_excerpt_chars,
-                                                      options_.keep_thinking ? options_.thinking_excerpt_chars : -1)});
-      history_.push_back({"user", feedback_message(e, turn + 1, options_.max_turns, options_)});
+      add_attempt(history_, r.completion, r.eval, turn, options_);
       r.next = Observation{history_};
       done_ = false;
     }

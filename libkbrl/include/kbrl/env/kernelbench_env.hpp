@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kbrl/env/env.hpp"
 #include "kbrl/env/feedback.hpp"
@@ -35,6 +36,16 @@ struct EnvOptions {
   bool keep_thinking = false;
   int thinking_excerpt_chars = 2000;
 };
+
+// The multi-turn episode's rules, for MultiTurnKernelBenchEnv and for whatever replays an
+// episode from saved answers and results (kbrl-eval generations --turns):
+// whether the episode ends after attempt `turn` (0-based) with result `e` (the last turn, or
+// early_stop and a correct kernel at least early_stop_min_speedup fast)...
+bool episode_ends(const core::EvalResult& e, int turn, const EnvOptions& options);
+// ...and, when it does not, the next prompt: `history` (system, task, earlier pairs) gains the
+// answer as later prompts show it (earlier_answer) and the feedback on it (feedback_message).
+void add_attempt(std::vector<core::Message>& history, const core::Completion& completion, const core::EvalResult& e,
+                 int turn, const EnvOptions& options);
 
 class KernelBenchEnv : public Env {
  public:
