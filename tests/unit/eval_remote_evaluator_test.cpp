@@ -100,12 +100,19 @@ TEST_CASE("endpoints: URLs, dns:// names and files, a bad entry is refused namin
 TEST_CASE("every request is answered once, each server kept within its capacity, connections reused") {
   TestServer a, b;
   a.evaluator.hold();
+  b.evaluator.hold();
   eval::RemoteEvaluator ev(client({a.url(), b.url()}));
   std::vector<std::future<core::EvalResult>> futures;
   for (int i = 0; i < 12; ++i) futures.push_back(ev.submit(request("r" + std::to_string(i))));
-  // a holds its two; b answers at once and takes the rest.
-  REQUIRE(eventually([&] { return a.evaluator.pending() == 2; }));
+  // Both filled to their capacity of two, the rest waiting in the client; then b answers and
+  // takes the rest while a holds its two. (Holding b too keeps the split from depending on how
+  // fast b answers while requests are still being submitted.)
+  REQUIRE(eventually([&] { return a.evaluator.pending() == 2 && b.evaluator.pending() == 2; }));
+  CHECK(a.service->capacity().queue_depth == 0);
+  CHECK(b.service->capacity().queue_depth == 0);
+  b.evaluator.release();
   REQUIRE(eventually([&] { return b.service->evaluations_run() == 10; }));
+  CHECK(a.evaluator.pending() == 2);
   CHECK(a.service->capacity().in_flight == 2);
   CHECK(a.service->capacity().queue_depth == 0);  // never more than its concurrency of ours
   a.evaluator.release();
