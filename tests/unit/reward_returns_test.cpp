@@ -5,6 +5,7 @@
 
 #include "catch.hpp"
 #include "kbrl/core/error.hpp"
+#include "kbrl/reward/config.hpp"
 #include "kbrl/reward/returns.hpp"
 
 #if defined(KBRL_CATCH3)
@@ -73,4 +74,27 @@ TEST_CASE("gamma outside the unit interval and non-finite rewards are rejected")
   CHECK_THROWS_AS(
       discounted_returns({std::numeric_limits<double>::infinity()}, 0.5, ReturnForm::max),
       kbrl::core::InvalidArgument);
+}
+
+TEST_CASE("episode shaping: kernel_rl's success bonus, failure penalty and normalization") {
+  MultiTurnOptions o;  // gamma 0.4, sum: R = [0.512 ... ] for [0.2, 0.3, 0.8, 1.0]
+  const std::vector<double> rewards{0.2, 0.3, 0.8, 1.0};
+  // Nothing set: the discounted returns themselves, solved or not.
+  check_near(episode_returns(rewards, true, o), {0.512, 0.78, 1.2, 1.0});
+  check_near(episode_returns(rewards, false, o), {0.512, 0.78, 1.2, 1.0});
+  o.success_bonus = 0.5;
+  o.failure_penalty = -0.25;
+  // Added to the last turn's return only, after discounting: earlier turns do not see it.
+  check_near(episode_returns(rewards, true, o), {0.512, 0.78, 1.2, 1.5});
+  check_near(episode_returns(rewards, false, o), {0.512, 0.78, 1.2, 0.75});
+  check_near(episode_returns({0.3}, true, o), {0.8});  // an episode solved at its first turn
+  // Normalized within the episode: [0.512, 0.78, 1.2, 1.5] has mean 0.998 and population
+  // standard deviation sqrt(0.14516) = 0.380999...
+  o.normalize_returns = true;
+  const double mean = 0.998, sd = std::sqrt(((0.512 - mean) * (0.512 - mean) + (0.78 - mean) * (0.78 - mean) +
+                                             (1.2 - mean) * (1.2 - mean) + (1.5 - mean) * (1.5 - mean)) / 4);
+  check_near(episode_returns(rewards, true, o), {(0.512 - mean) / sd, (0.78 - mean) / sd, (1.2 - mean) / sd, (1.5 - mean) / sd});
+  check_near(episode_returns({0.3}, true, o), {0.8});            // one turn: nothing to normalize
+  check_near(episode_returns({0.0, 0.0}, false, MultiTurnOptions{0.4, ReturnForm::sum, 0, 0, true}), {0.0, 0.0});  // sd 0
+  CHECK(episode_returns({}, true, o).empty());
 }

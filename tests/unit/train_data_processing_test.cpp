@@ -155,3 +155,32 @@ TEST_CASE("a completion datum masks the prompt and needs matching logprobs") {
   CHECK_THROWS_AS(train::completion_datum({}, {3}), core::InvalidArgument);
   CHECK_THROWS_AS(train::completion_datum({1}, {3, 4}, {-1}), core::InvalidArgument);
 }
+
+TEST_CASE("episode shaping: solved episodes get the success bonus on their last turn's return") {
+  AdvantageOptions o;
+  o.returns.gamma = 0.0;
+  o.returns.success_bonus = 1.0;
+  o.returns.failure_penalty = -0.5;
+  // Returns: A (solved) [0.0, 0.2 + 1.0], B (not) [0.1 - 0.5]. Turn 0: A 0.0, B -0.4, mean -0.2.
+  const auto adv = turn_advantages({{0.0, 0.2}, {0.1}}, o, {true, false});
+  CHECK(adv[0][0] == Catch::Approx(0.2));
+  CHECK(adv[1][0] == Catch::Approx(-0.2));
+  CHECK(adv[0][1] == 0.0);  // turn 1 reached by A only
+  CHECK_THROWS_AS(turn_advantages({{0.0}, {0.1}}, o, {true}), core::InvalidArgument);
+  // Through the groups: a trajectory solved its problem when a turn's kernel was correct.
+  auto solved_late = transition(0.1, {4});
+  auto correct = transition(0.9, {5});
+  correct.eval = core::EvalResult{};
+  correct.eval->correct = true;
+  auto wrong = transition(0.2, {6});
+  wrong.eval = core::EvalResult{};
+  const auto g = group("p", {{solved_late, correct}, {wrong}, {transition(0.3, {7})}});
+  CHECK(train::group_solved(g) == std::vector<bool>{true, false, false});
+  train::DataOptions d;
+  d.advantages = o;
+  const auto data = train::assemble_training_data({g}, d);
+  // Turn 0 returns (gamma 0): 0.1 (its bonus goes to turn 1), 0.2 - 0.5, 0.3 - 0.5; mean -0.4 / 3.
+  CHECK(data.advantages[0][0][0] == Catch::Approx(0.1 + 0.4 / 3));
+  CHECK(data.advantages[0][1][0] == Catch::Approx(-0.3 + 0.4 / 3));
+  CHECK(data.advantages[0][2][0] == Catch::Approx(-0.2 + 0.4 / 3));
+}

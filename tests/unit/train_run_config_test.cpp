@@ -119,6 +119,16 @@ TEST_CASE("the multi-turn discount has one owner: reward.multi_turn") {
   CHECK(has(from_file, "old_gamma.yaml:4"));
   CHECK(has(from_file, "reward.multi_turn.gamma"));
   CHECK(has(train::config_reference_markdown(), "| `reward.multi_turn.gamma` | `0.4` |"));
+  // kernel_rl's episode shaping: read in multi-turn runs, refused where nothing would read it.
+  const auto shaped = load_run_config(std::nullopt, {"log_path=x", "env.multi_turn=true", "reward.multi_turn.success_bonus=0.5",
+                                                     "reward.multi_turn.failure_penalty=-0.1",
+                                                     "reward.multi_turn.normalize_returns=true"});
+  CHECK(shaped.reward.multi_turn.success_bonus == 0.5);
+  CHECK(shaped.reward.multi_turn.failure_penalty == -0.1);
+  CHECK(shaped.reward.multi_turn.normalize_returns);
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "reward.multi_turn.success_bonus=0.5"}), "env.multi_turn=true"));
+  CHECK(has(error_of(std::nullopt, {"log_path=x", "env.multi_turn=true", "reward.multi_turn.success_bonus=-1"}),
+            "multi_turn.success_bonus"));
 }
 
 TEST_CASE("a run started before asynchronous steps resumes synchronous") {

@@ -184,6 +184,10 @@ void RewardConfig::validate(const RewardRegistry& registry, std::string_view whe
 
   if (!(multi_turn.gamma >= 0.0 && multi_turn.gamma <= 1.0))
     fail("multi_turn.gamma", fmt::format("must be in [0, 1] (got {})", multi_turn.gamma));
+  if (!(std::isfinite(multi_turn.success_bonus) && multi_turn.success_bonus >= 0.0))
+    fail("multi_turn.success_bonus", fmt::format("must be a finite number, at least 0 (got {})", multi_turn.success_bonus));
+  if (!std::isfinite(multi_turn.failure_penalty))
+    fail("multi_turn.failure_penalty", fmt::format("must be a finite number (got {})", multi_turn.failure_penalty));
 
   for (const auto& [term, object] : params) {
     const std::string field = "params." + term;

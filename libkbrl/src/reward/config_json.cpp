@@ -90,9 +90,12 @@ void read_clip(const core::JsonReader& r, const json::value& v, ClipOptions& o) 
 
 void read_multi_turn(const core::JsonReader& r, const json::value& v, MultiTurnOptions& o) {
   const auto& obj = r.object(v, "multi_turn");
-  r.only_keys(obj, "multi_turn", {"gamma", "form"});
+  r.only_keys(obj, "multi_turn", {"gamma", "form", "success_bonus", "failure_penalty", "normalize_returns"});
   if (auto* x = obj.if_contains("gamma")) o.gamma = r.number(*x, "multi_turn.gamma");
   if (auto* x = obj.if_contains("form")) o.form = r.name(*x, "multi_turn.form", parse_return_form);
+  if (auto* x = obj.if_contains("success_bonus")) o.success_bonus = r.number(*x, "multi_turn.success_bonus");
+  if (auto* x = obj.if_contains("failure_penalty")) o.failure_penalty = r.number(*x, "multi_turn.failure_penalty");
+  if (auto* x = obj.if_contains("normalize_returns")) o.normalize_returns = r.boolean(*x, "multi_turn.normalize_returns");
 }
 
 json::value optional_value(const std::optional<double>& v) {
@@ -196,7 +199,12 @@ json::value RewardConfig::to_json() const {
       {"thinking", {{"min_chars", thinking.min_chars}, {"required", thinking.required}}},
       {"static_check_value", optional_value(static_check_value)},
       {"clip", {{"min", optional_value(clip.min)}, {"max", optional_value(clip.max)}}},
-      {"multi_turn", {{"gamma", multi_turn.gamma}, {"form", to_string(multi_turn.form)}}},
+      {"multi_turn",
+       {{"gamma", multi_turn.gamma},
+        {"form", to_string(multi_turn.form)},
+        {"success_bonus", multi_turn.success_bonus},
+        {"failure_penalty", multi_turn.failure_penalty},
+        {"normalize_returns", multi_turn.normalize_returns}}},
       {"params", std::move(p)},
   };
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/reward/config.hpp"
 
 namespace kbrl::reward {
 
@@ -44,6 +45,24 @@ std::vector<double> discounted_returns(const std::vector<double>& rewards, doubl
     if (!last) r = form == ReturnForm::sum ? r + gamma * next : std::max(r, gamma * next);
     returns[i] = r;
     next = r;
+  }
+  return returns;
+}
+
+std::vector<double> episode_returns(const std::vector<double>& rewards, bool solved, const MultiTurnOptions& options) {
+  std::vector<double> returns = discounted_returns(rewards, options.gamma, options.form);
+  if (returns.empty()) return returns;
+  if (solved) returns.back() += options.success_bonus;
+  else returns.back() += options.failure_penalty;
+  if (options.normalize_returns && returns.size() > 1) {
+    double mean = 0;
+    for (const double r : returns) mean += r;
+    mean /= static_cast<double>(returns.size());
+    double var = 0;
+    for (const double r : returns) var += (r - mean) * (r - mean);
+    const double sd = std::sqrt(var / static_cast<double>(returns.size()));
+    if (sd > 1e-8)
+      for (double& r : returns) r = (r - mean) / sd;
   }
   return returns;
 }

@@ -35,13 +35,14 @@ Datum completion_datum(const std::vector<std::int64_t>& prompt, const std::vecto
 }
 
 std::vector<std::vector<double>> turn_advantages(const std::vector<std::vector<double>>& rewards,
-                                                 const AdvantageOptions& options) {
+                                                 const AdvantageOptions& options, const std::vector<bool>& solved) {
+  if (!solved.empty() && solved.size() != rewards.size())
+    throw core::InvalidArgument(fmt::format("turn_advantages: {} solved flags for {} rollouts", solved.size(), rewards.size()));
   std::vector<std::vector<double>> returns;
   std::size_t turns = 0;
-  for (const auto& r : rewards) {
-    returns.push_back(
-        reward::discounted_returns(r, r.size() > 1 ? options.returns.gamma : 0.0, options.returns.form));
-    turns = std::max(turns, r.size());
+  for (std::size_t i = 0; i < rewards.size(); ++i) {
+    returns.push_back(reward::episode_returns(rewards[i], !solved.empty() && solved[i], options.returns));
+    turns = std::max(turns, rewards[i].size());
   }
   std::vector<std::vector<double>> adv(rewards.size());
   for (std::size_t i = 0; i < rewards.size(); ++i) adv[i].assign(rewards[i].size(), 0.0);
@@ -86,13 +87,22 @@ std::vector<std::vector<double>> group_rewards(const core::TrajectoryGroup& grou
   return rewards;
 }
 
+std::vector<bool> group_solved(const core::TrajectoryGroup& group) {
+  std::vector<bool> solved;
+  solved.reserve(group.trajectories.size());
+  for (const auto& trajectory : group.trajectories)
+    solved.push_back(std::any_of(trajectory.transitions.begin(), trajectory.transitions.end(),
+                                 [](const core::Transition& t) { return t.eval && t.eval->correct; }));
+  return solved;
+}
+
 TrainingData assemble_training_data(const std::vector<core::TrajectoryGroup>& groups, const DataOptions& options) {
   TrainingData out;
   out.advantages.resize(groups.size());
   out.removed.assign(groups.size(), false);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const auto rewards = group_rewards(groups[g]);
-    auto adv = turn_advantages(rewards, options.advantages);
+    auto adv = turn_advantages(rewards, options.advantages, group_solved(groups[g]));
     const bool constant = constant_group(rewards);
     if (constant) ++out.constant_groups;
     const bool remove = constant && options.remove_constant_reward_groups;

@@ -581,6 +581,12 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
   if ((c.prompt.language == "cuda" && device != "cuda") || (c.prompt.language == "hip" && device != "hip"))
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
                             fmt::format("{} kernels need evaluator.device={}", c.prompt.language, c.prompt.language));
+  // The episode shaping of multi-turn returns would be read by no one in a single-turn run.
+  const auto& mt = c.reward.multi_turn;
+  if (!c.env.multi_turn && (mt.success_bonus != 0.0 || mt.failure_penalty != 0.0 || mt.normalize_returns))
+    throw core::ConfigError(src.file.empty() ? "config" : src.file, "reward.multi_turn",
+                            "success_bonus, failure_penalty and normalize_returns shape multi-turn episodes: set "
+                            "env.multi_turn=true, or leave them at 0 / false");
   // evaluator.static_check_config is read now (an error names that file), not after the model has
   // loaded.
   if (!c.evaluator.static_check_config.empty()) eval::local_evaluator_config(c.evaluator);
@@ -644,6 +650,12 @@ std::string config_reference_markdown() {
                      to_text(defaults.reward.multi_turn.gamma));
   out += fmt::format("| `reward.multi_turn.form` | `{}` | `sum`: R_t = r_t + gamma R_(t+1); `max`: the best discounted later reward |\n",
                      reward::to_string(defaults.reward.multi_turn.form));
+  out += fmt::format("| `reward.multi_turn.success_bonus` | `{}` | added to the last turn's return of an episode whose kernel was correct at some turn (env.multi_turn only) |\n",
+                     to_text(defaults.reward.multi_turn.success_bonus));
+  out += fmt::format("| `reward.multi_turn.failure_penalty` | `{}` | added to the last turn's return of an episode that never had a correct kernel (env.multi_turn only) |\n",
+                     to_text(defaults.reward.multi_turn.failure_penalty));
+  out += fmt::format("| `reward.multi_turn.normalize_returns` | `{}` | z-score the returns within each episode of two turns or more (env.multi_turn only) |\n",
+                     defaults.reward.multi_turn.normalize_returns ? "true" : "false");
   return out;
 }
 

@@ -96,10 +96,14 @@ struct ClipOptions {
   friend bool operator==(const ClipOptions&, const ClipOptions&) = default;
 };
 
-// How per-turn rewards of a multi-turn episode become returns (see returns.hpp).
+// How per-turn rewards of a multi-turn episode become returns (see returns.hpp,
+// episode_returns): discounted, then kernel_rl's episode shaping (MultiTurnRewardConfig).
 struct MultiTurnOptions {
   double gamma = 0.4;
   ReturnForm form = ReturnForm::sum;
+  double success_bonus = 0.0;    // >= 0: added to the last turn's return of an episode that solved its problem
+  double failure_penalty = 0.0;  // added to the last turn's return of one that did not
+  bool normalize_returns = false;  // z-score the returns within each episode of two turns or more
   friend bool operator==(const MultiTurnOptions&, const MultiTurnOptions&) = default;
 };
 

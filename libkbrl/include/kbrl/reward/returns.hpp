@@ -21,4 +21,12 @@ ReturnForm parse_return_form(std::string_view name);
 std::vector<double> discounted_returns(const std::vector<double>& rewards, double gamma,
                                        ReturnForm form = ReturnForm::sum);
 
+struct MultiTurnOptions;
+// An episode's returns as training uses them (kernel_rl's compute_multiturn_rewards):
+// discounted_returns with options.gamma and options.form; then options.success_bonus added to
+// the last turn's return when the episode `solved` its problem, options.failure_penalty when it
+// did not; then, with options.normalize_returns and two turns or more, the returns z-scored
+// within the episode (population standard deviation; left as they are when it is below 1e-8).
+std::vector<double> episode_returns(const std::vector<double>& rewards, bool solved, const MultiTurnOptions& options);
+
 }  // namespace kbrl::reward

@@ -41,18 +41,23 @@ struct AdvantageOptions {
   double eps = 1e-6;
 };
 
-// rewards[i][t]: rollout i's reward at turn t (rollouts may have different numbers of turns).
-// Returns the same shape. A turn index reached by one rollout only gets 0, and so does a turn
-// whose returns are all equal: exactly 0, not the rounding residue of subtracting their mean
-// (which std normalization would blow up to about 1e-11).
+// rewards[i][t]: rollout i's reward at turn t (rollouts may have different numbers of turns);
+// solved[i]: whether rollout i solved its problem (empty: none did), for the episode shaping of
+// reward::episode_returns. Each rollout's returns (reward::episode_returns) are compared with
+// the group's at the same turn. Returns the same shape. A turn index reached by one rollout only
+// gets 0, and so does a turn whose returns are all equal: exactly 0, not the rounding residue of
+// subtracting their mean (which std normalization would blow up to about 1e-11).
 std::vector<std::vector<double>> turn_advantages(const std::vector<std::vector<double>>& rewards,
-                                                 const AdvantageOptions& options = {});
+                                                 const AdvantageOptions& options = {},
+                                                 const std::vector<bool>& solved = {});
 
 // Every rollout's reward sequence is the same: no learning signal in the group.
 bool constant_group(const std::vector<std::vector<double>>& rewards);
 
 // rewards[i][t] of a group's trajectories: transition t's reward of trajectory i.
 std::vector<std::vector<double>> group_rewards(const core::TrajectoryGroup& group);
+// Whether each of a group's trajectories solved its problem: a turn's kernel was correct.
+std::vector<bool> group_solved(const core::TrajectoryGroup& group);
 
 struct DataOptions {
   AdvantageOptions advantages;
