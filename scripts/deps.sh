@@ -4,7 +4,8 @@
 #   Python: a virtual environment in .venv with the pinned torch wheel (its libtorch is what
 #           the C++ side links) and the packages in scripts/requirements.txt
 # Environment: KBRL_VENV (default <repo>/.venv), KBRL_PYTHON_BOOTSTRAP (default python3),
-#              KBRL_SKIP_APT=1 / KBRL_SKIP_PIP=1 to skip a half.
+#              KBRL_SKIP_APT=1 / KBRL_SKIP_PIP=1 to skip a half,
+#              KBRL_HIPCC=1 to add AMD's HIP compiler (Debian 12 only; .ci/run sets it).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${KBRL_VENV:-$repo/.venv}"
@@ -19,6 +20,17 @@ esac
 packages=(build-essential cmake ninja-build pkg-config git
           "libboost${boost}-dev" "libboost-json${boost}-dev"
           libfmt-dev catch2 bubblewrap libpcre2-dev libyaml-cpp-dev libcli11-dev libssl-dev python3-dev)
+# Opt-in: Debian 12's hipcc 5.2.3 (clang 15, ROCm's device libraries, the HIP runtime's headers),
+# for integration:hip_compile, which is skipped without it (docs/building.md, "AMD GPUs"). About
+# 66 MB to download and 350 MB installed; no AMD GPU is needed to compile.
+if [[ "${KBRL_HIPCC:-0}" == 1 ]]; then
+  case "${ID}:${VERSION_ID}" in
+    debian:12) packages+=(hipcc libamdhip64-dev) ;;
+    # Ubuntu 24.04 has packages of the same names (ROCm 5.7, in universe), which this project has
+    # not tried: add them here once integration:hip_compile has passed with them.
+    *) echo "deps.sh: KBRL_HIPCC=1: the HIP compiler is installed on Debian 12 only, not on ${PRETTY_NAME}" ;;
+  esac
+fi
 
 if [[ "${KBRL_SKIP_APT:-0}" != 1 ]]; then
   missing=()
