@@ -59,6 +59,23 @@ TEST_CASE("a compiled C++ kernel is correct and timed and a second evaluation re
   CHECK(s.compile_cache_hits == 1);
 }
 
+TEST_CASE("a correct candidate faster than excessive_speedup times the reference is flagged, its verdict kept") {
+  // KernelBench's check_for_excessive_speedup: a flag in the metadata, nothing else. Thresholds
+  // far below and far above any speedup a ReLU can have make the test independent of timing.
+  for (const double threshold : {1e-6, 1e9, 0.0}) {
+    INFO("excessive_speedup " << threshold);
+    auto c = config("excessive-speedup");
+    c.excessive_speedup = threshold;
+    eval::LocalEvaluator ev(c);
+    const auto r = ev.evaluate({request("fast", kCorrectPython)}).at(0);
+    INFO(r.error_message);
+    CHECK(r.correct);
+    REQUIRE(r.speedup.has_value());
+    CHECK(r.metadata.count("excessive_speedup") == (threshold == 1e-6 ? 1u : 0u));
+    if (threshold == 1e-6) CHECK(r.metadata.at("excessive_speedup") == "true");
+  }
+}
+
 TEST_CASE("wrong and broken candidates get the right verdicts") {
   eval::LocalEvaluator ev(config("verdicts"));
   std::string broken_cpp = kReluCpp;

@@ -78,6 +78,8 @@ std::map<std::string, Case> cases() {
   m["worker_start_timeout_s"] = {{"--worker-start-timeout", "42"}, "42",
                                  [](const C& c, const O&) { return c.worker_start_timeout_s == 42; }};
   m["deadline_grace_s"] = {{"--deadline-grace", "5"}, "5", [](const C& c, const O&) { return c.grace_s == 5; }};
+  m["excessive_speedup"] = {{"--excessive-speedup", "4.5"}, "4.5",
+                            [](const C& c, const O&) { return c.excessive_speedup == 4.5; }};
   m["compile_workers"] = {{"--compile-workers", "3"}, "3", [](const C& c, const O&) { return c.compile_workers == 3; }};
   m["compile_nice"] = {{"--compile-nice", "0"}, "0", [](const C& c, const O&) { return c.compile_nice == 0; }};
   m["cuda_arch"] = {{"--cuda-arch", "9.0"}, "\"9.0\"", [](const C& c, const O&) { return c.cuda_arch == "9.0"; }};

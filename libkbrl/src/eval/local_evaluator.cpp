@@ -504,6 +504,8 @@ struct LocalEvaluator::Impl {
   void finish(const JobPtr& job) {
     EvalResult& r = job->result;
     if (r.runtime && r.ref_runtime && r.runtime->mean_ms > 0) r.speedup = r.ref_runtime->mean_ms / r.runtime->mean_ms;
+    if (r.correct && r.speedup && config.excessive_speedup > 0 && *r.speedup > config.excessive_speedup)
+      r.metadata["excessive_speedup"] = "true";
     r.stage_seconds["total"] = std::chrono::duration<double>(Clock::now() - job->submitted).count();
     if (r.error_category == ErrorCategory::none && !r.correct) r.error_category = ErrorCategory::internal;
     {

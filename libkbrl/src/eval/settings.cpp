@@ -453,6 +453,10 @@ std::vector<Setting> make_settings() {
                       "LocalEvaluatorConfig::worker_start_timeout_s",
                       "seconds a worker may take to start (importing torch on a cold machine is slow)"},
                      local(&L::worker_start_timeout_s), 0, false));
+  e.push_back(number({"excessive_speedup", "", evaluator, "LocalEvaluatorConfig::excessive_speedup",
+                      "a correct candidate more than this many times faster than the reference is flagged in its "
+                      "metadata (excessive_speedup, KernelBench's check); 0: off"},
+                     local(&L::excessive_speedup), 0, true));
   e.push_back(number({"deadline_grace_s", "deadline-grace", evaluator, "LocalEvaluatorConfig::grace_s",
                       "seconds the evaluator waits past a worker's own stage timeout before killing it"},
                      local(&L::grace_s), 0, true));

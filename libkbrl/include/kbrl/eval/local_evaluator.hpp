@@ -53,6 +53,10 @@ struct LocalEvaluatorConfig {
   // hipcc's --offload-arch), e.g. "gfx950" or "gfx90a;gfx942"; empty: torch's choice (the GPUs it
   // sees). Ignored on the other platforms.
   std::string gpu_arch;
+  // A correct candidate faster than this many times the reference gets metadata
+  // "excessive_speedup": "true", KernelBench's flag for a speedup worth a second look (its
+  // check_for_excessive_speedup, threshold 10); the verdict and the speedup are unchanged. 0: off.
+  double excessive_speedup = 10.0;
   double worker_start_timeout_s = 300;  // importing torch on a cold machine is slow
   double grace_s = 30;                  // our deadline past the worker's own stage timeout
   bool static_checks = true;            // run the static checker before compiling
