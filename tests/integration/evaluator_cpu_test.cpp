@@ -837,3 +837,51 @@ TEST_CASE("a worker that breaks the protocol gives internal results naming the f
   CHECK(old.error_category == ErrorCategory::internal);
   CHECK(old.error_message.find("the worker speaks protocol 2") != std::string::npos);
 }
+
+TEST_CASE("workers get the lane's environment: the GPU it owns and the build's target architectures") {
+  // Fake workers (nothing runs on a GPU) that write their environment down: a HIP evaluator's
+  // workers get PYTORCH_ROCM_ARCH (ROCm's torch turns it into hipcc's --offload-arch; what hipcc
+  // then builds is integration:hip_compile's part) and the run lane HIP_VISIBLE_DEVICES; a CUDA
+  // evaluator's get TORCH_CUDA_ARCH_LIST and CUDA_VISIBLE_DEVICES, and no ROCm setting.
+  for (const auto platform : {core::DevicePlatform::hip, core::DevicePlatform::cuda}) {
+    const std::string name = std::string("fake-env-") + std::string(core::to_string(platform));
+    INFO(name);
+    const auto env_dir = std::filesystem::path(KBRL_TEST_TMP) / name;
+    std::filesystem::remove_all(env_dir);
+    std::filesystem::create_directories(env_dir);
+    auto c = config(name);
+    c.platform = platform;
+    c.devices = {1};
+    c.sandbox = eval::SandboxMode::off;  // the sandbox would bind /dev/kfd or /dev/nvidia1, which this machine lacks
+    c.gpu_arch = "gfx90a;gfx942";
+    c.cuda_arch = "9.0";
+    c.worker_script = fake_worker(name,
+                                  "open(os.path.join('" + env_dir.string() +
+                                      "', str(os.getpid()) + '.json'), 'w').write(json.dumps(dict(os.environ)))",
+                                  "pass");
+    {
+      eval::LocalEvaluator ev(c);
+      auto r = request(name, kCorrectPython);
+      r.language = platform == core::DevicePlatform::hip ? core::KernelLanguage::hip : core::KernelLanguage::cuda;
+      const auto result = ev.evaluate({r})[0];
+      INFO(result.error_message);
+      CHECK(result.correct);  // the golden replies
+    }
+    int workers = 0, run_lanes = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(env_dir)) {
+      const auto env = core::parse_json(core::read_file(entry.path())).as_object();
+      ++workers;
+      auto value = [&](const char* key) { return env.contains(key) ? std::string(env.at(key).as_string()) : std::string("-"); };
+      if (platform == core::DevicePlatform::hip) {
+        CHECK(value("PYTORCH_ROCM_ARCH") == "gfx90a;gfx942");
+        run_lanes += value("HIP_VISIBLE_DEVICES") == "1";
+      } else {
+        CHECK(value("PYTORCH_ROCM_ARCH") == "-");
+        CHECK(value("TORCH_CUDA_ARCH_LIST") == "9.0");
+        run_lanes += value("CUDA_VISIBLE_DEVICES") == "1";
+      }
+    }
+    CHECK(workers >= 2);  // a compile worker and the run lane's
+    CHECK(run_lanes == 1);
+  }
+}
