@@ -3,6 +3,7 @@
 //   kbrl-eval kernel --problem <file> --kernel <file> [options]
 //   kbrl-eval model --model <checkpoint> [--adapter <dir>] --problems ... --level L[,L...] --samples K --run <dir>
 //                   [--turns N]
+//   kbrl-eval model --endpoint <http://host:port/v1> --model-name <name> ... (an OpenAI-compatible server)
 // `kbrl-eval <command> --help` lists every option; the evaluator's come from kbrl/eval/settings.hpp.
 #include <algorithm>
 #include <atomic>
@@ -41,9 +42,7 @@
 #include "kbrl/prompt/answer_parser.hpp"
 #include "kbrl/prompt/task_prompt.hpp"
 #include "run_files.hpp"
-#ifdef KBRL_EVAL_HAS_MODEL
-#include "sample_model.hpp"
-#endif
+#include "run_sampler.hpp"
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -485,6 +484,7 @@ int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& 
 struct ModelCommand {
   GenerationsCommand generations;
   std::string model, adapter;
+  apps::ApiSamplingOptions api;  // with --endpoint: a served model instead of a checkpoint
   int samples = 1;
   std::int64_t max_tokens = 2048;
   double temperature = 1.0;
@@ -504,9 +504,32 @@ void add_scalars(log::TensorBoardWriter& tb, const std::string& tag, const json:
     for (const auto& [key, sub] : v.as_object()) add_scalars(tb, tag + "/" + std::string(key), sub, step);
 }
 
-int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
+std::unique_ptr<apps::AnswerSource> answer_source(const ModelCommand& m) {
+  apps::SamplingSettings s;
+  s.max_tokens = m.max_tokens;
+  s.temperature = m.temperature;
+  s.top_p = m.top_p;
+  s.top_k = m.top_k;
+  s.seed = m.sample_seed;
+  if (!m.api.endpoint.empty()) return apps::make_api_source(m.api, s);
 #ifdef KBRL_EVAL_HAS_MODEL
+  apps::ModelSamplingOptions o;
+  o.model = m.model;
+  o.adapter = m.adapter;
+  o.chat_template = m.chat_template;
+  o.device = m.model_device;
+  o.dtype = m.model_dtype;
+  return apps::make_model_source(o, s);
+#else
+  throw core::Error("kbrl-eval model --model needs libtorch: this kbrl-eval was built without it (KBRL_WITH_TORCH=OFF); "
+                    "--endpoint samples a served model instead");
+#endif
+}
+
+int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
   catch_interrupts();
+  if (m.model.empty() == m.api.endpoint.empty())
+    throw apps::UsageError("give --model (a checkpoint) or --endpoint (an OpenAI-compatible server), one of them");
   const GenerationsCommand& g = m.generations;
   const fs::path run_dir = g.run;
   fs::create_directories(run_dir);
@@ -515,20 +538,8 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
   for (auto& [key, p] : load_levels(problems_path, g.levels)) problems.emplace_back(key.first, std::move(p));
   if (problems.empty())
     throw core::InvalidArgument(fmt::format("no problems of level {} in {}", fmt::join(g.levels, ","), problems_path));
-  apps::ModelSamplingOptions o;
-  o.model = m.model;
-  o.adapter = m.adapter;
-  o.samples = m.samples;
-  o.max_tokens = m.max_tokens;
-  o.temperature = m.temperature;
-  o.top_p = m.top_p;
-  o.top_k = m.top_k;
-  o.seed = m.sample_seed;
-  o.chat_template = m.chat_template;
-  o.device = m.model_device;
-  o.dtype = m.model_dtype;
-  o.prompt = episode_options(g, base_request(g.request, settings)).prompt;
-  apps::ModelSampler sampler(o, run_dir);
+  const auto source = answer_source(m);
+  apps::RunSampler sampler(*source, run_dir, m.samples, m.sample_seed, episode_options(g, base_request(g.request, settings)).prompt);
   // Turn by turn: sample what is missing, evaluate it, and go on while episodes wait for their
   // next answer (the conversations the evaluation wrote).
   GenerationsOutcome outcome;
@@ -546,11 +557,6 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
     std::cerr << fmt::format("summary written to {} at step {}\n", (fs::path(m.tensorboard) / "tb").string(), m.step);
   }
   return g_interrupted ? apps::kExitInterrupted : outcome.exit_code;
-#else
-  (void)m;
-  (void)settings;
-  throw core::Error("kbrl-eval model needs libtorch: this kbrl-eval was built without it (KBRL_WITH_TORCH=OFF)");
-#endif
 }
 
 void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
@@ -618,11 +624,32 @@ int main(int argc, char** argv) {
   ModelCommand model;
   auto* mod = app.add_subcommand(
       "model",
-      "Samples --samples answers per problem from a checkpoint (plus a PEFT adapter), writes them to RUN as "
+      "Samples --samples answers per problem from a checkpoint (plus a PEFT adapter) or a served model (--endpoint), "
+      "writes them to RUN as "
       "generations (RUN/generations.jsonl holds the raw answers), then evaluates them exactly as `generations` "
       "does; with --turns N, answers each episode's feedback turn by turn. Resumes every half.");
-  mod->add_option("--model", model.model, "Hugging Face checkpoint folder")->required()->type_name("DIR");
-  mod->add_option("--adapter", model.adapter, "PEFT adapter folder")->type_name("DIR");
+  auto* checkpoint = mod->add_option("--model", model.model, "Hugging Face checkpoint folder (or --endpoint)")->type_name("DIR");
+  mod->add_option("--adapter", model.adapter, "PEFT adapter folder")->type_name("DIR")->needs(checkpoint);
+  auto* endpoint = mod->add_option("--endpoint", model.api.endpoint,
+                                   "an OpenAI-compatible server's API root, /v1 included (vLLM, SGLang, an API provider), "
+                                   "sampled instead of a checkpoint (docs/net.md)")
+                       ->type_name("URL")
+                       ->excludes(checkpoint);
+  mod->add_option("--model-name", model.api.model_name, "the served model's name (with --endpoint)")->needs(endpoint);
+  mod->add_option("--api-key-env", model.api.api_key_env,
+                  "the environment variable holding the server's API key (with --endpoint; the key is in no file or log)")
+      ->type_name("VAR")
+      ->needs(endpoint);
+  mod->add_option("--max-in-flight", model.api.max_in_flight, "requests to the server at once [default: 16]")
+      ->check(CLI::PositiveNumber)
+      ->needs(endpoint);
+  mod->add_option("--api-retries", model.api.max_retries,
+                  "retries of a request after a 429, a 5xx, a dropped or timed-out attempt [default: 4]")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(endpoint);
+  mod->add_option("--api-timeout", model.api.timeout_s, "seconds one attempt may take [default: 600]")
+      ->check(CLI::PositiveNumber)
+      ->needs(endpoint);
   add_problem_options(*mod, model.generations);
   add_request_options(*mod, model.generations.request);
   mod->add_option("--summary-json", model.generations.request.summary_json, "also write the summary here")

@@ -114,6 +114,10 @@ def check_eval(args):
     expect([ev, "kernel", "--problem", os.path.join(problems, "1_ScaledResidualAdd.py")], 2,
            "kernel without --kernel", err="--kernel")
     expect(base[:5] + ["x"] + base[6:], 2, "a level that is not a number")
+    expect([ev, "model", "--problems", problems, "--level", "1", "--run", run_dir], 2,
+           "model with neither --model nor --endpoint", err="give --model (a checkpoint) or --endpoint")
+    expect([ev, "model", "--model", problems, "--endpoint", "http://127.0.0.1:9/v1", "--problems", problems, "--level",
+            "1", "--run", run_dir], 2, "model with both --model and --endpoint", err="excludes")
     expect(base + ["--trials", "0"], 2, "--trials 0", err="--trials: 0 is below 1")
     expect(base + ["--sandbox", "maybe"], 2, "--sandbox maybe", err="not one of: on, off")
     expect(base + ["--language", "fortran"], 2, "--language fortran")

@@ -885,3 +885,42 @@ TEST_CASE("workers get the lane's environment: the GPU it owns and the build's t
     CHECK(run_lanes == 1);
   }
 }
+
+TEST_CASE("an evaluator destroyed while a job runs returns at once and answers the job") {
+  // Ctrl-C in kbrl-eval destroys the evaluator: it must not wait for a build or a run that may
+  // take minutes. The candidate prints a line into its job's log when its forward starts, then
+  // sleeps.
+  auto c = config("destroyed-mid-job");
+  auto r = request("sleeper", python_candidate("import time\n",
+                                              "        print('KBRL-SLEEPING-NOW', flush=True)\n"
+                                              "        time.sleep(600)\n        return x"));
+  r.options.run_timeout_s = 900;
+  auto sleeping = [&] {
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(c.work_dir, ec);
+         it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      if (it->is_regular_file(ec) && it->path().extension() == ".log" &&
+          core::read_file(it->path()).find("KBRL-SLEEPING-NOW") != std::string::npos)
+        return true;
+    }
+    return false;
+  };
+  std::future<core::EvalResult> result;
+  std::chrono::steady_clock::time_point destroying;
+  {
+    eval::LocalEvaluator ev(c);
+    result = ev.submit(r);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!sleeping() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE(sleeping());
+    destroying = std::chrono::steady_clock::now();
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - destroying).count();
+  CHECK(took < 10);
+  REQUIRE(result.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  const auto got = result.get();
+  CHECK_FALSE(got.correct);
+  CHECK(got.error_category == ErrorCategory::internal);
+}

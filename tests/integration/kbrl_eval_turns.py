@@ -13,6 +13,8 @@ written by hand turn by turn, as an outside sampler would write them:
   evaluated again), and "through turn T" counts an episode's best attempt so far;
 - a line written before runs had levels and turns is read as turn 1 of the one level given;
 - a plain folder of problems cannot serve two levels.
+model --endpoint: an OpenAI-compatible stub server answers two levels over two turns (with an API
+key from the environment, which ends up in no file); running it again requests nothing new.
 model (where kbrl-eval has libtorch): the demo policy answers two levels over two turns; every
 episode that did not end gets a second, sampled from the conversation kbrl-eval wrote.
 
@@ -69,6 +71,95 @@ def read_json(path):
 def jsonl(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+class StubOpenAi:
+    """An OpenAI-compatible chat server on 127.0.0.1: the first answer to the residual-add task
+    forgets alpha, the answer to its feedback is right, the row-sum task is answered right at
+    once. It counts the requests and keeps the Authorization headers it saw."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        stub = self
+        self.requests = 0
+        self.authorizations = set()
+        self.lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with stub.lock:
+                    stub.requests += 1
+                    stub.authorizations.add(self.headers.get("Authorization", ""))
+                if self.path != "/v1/chat/completions" or body.get("model") != "stub-coder":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                text = "\n".join(m["content"] for m in body["messages"])
+                if "alpha * residual" in text:
+                    program = residual_add("x + self.alpha * residual" if "Attempt 1 of" in text else "x + residual")
+                else:
+                    program = row_sum("(x * x).sum(dim=self.dim)")
+                answer = "<think>Fuse it.</think>\n<KERNEL>\n```python\n" + program + "```\n</KERNEL>\n"
+                choices = [{"index": i, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+                           for i in range(body["n"])]
+                data = json.dumps({"id": "c", "model": body["model"], "choices": choices,
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 20 * body["n"],
+                                             "total_tokens": 10 + 20 * body["n"]}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:{}/v1".format(self.server.server_address[1])
+
+    def close(self):
+        self.server.shutdown()
+
+
+def check_served_model(args, common):
+    stub = StubOpenAi()
+    run = os.path.join(args.work, "served-run")
+    env = dict(os.environ, KBRL_TEST_API_KEY="sk-kbrl-test-secret")
+    cmd = [args.eval, "model", "--endpoint", stub.url, "--model-name", "stub-coder", "--api-key-env",
+           "KBRL_TEST_API_KEY", "--run", run, *common, "--level", "1,2", "--turns", "2", "--samples", "2"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        if r.returncode != 0:
+            print(r.stdout, r.stderr)
+        check(r.returncode == 0, "kbrl-eval model --endpoint over two levels, two turns exits 0")
+        # Turn 1: one request per problem (n = 2); turn 2: one per waiting episode (the two
+        # residual-add samples).
+        check(stub.requests == 4, "the server was asked 4 times (got {})".format(stub.requests))
+        check(stub.authorizations == {"Bearer sk-kbrl-test-secret"}, "the API key went in the Authorization header")
+        summary = read_json(os.path.join(run, "eval_summary.json")) if os.path.isfile(
+            os.path.join(run, "eval_summary.json")) else {}
+        through = {t: summary.get("turns", {}).get(t, {}).get("correct") for t in ("1", "2")}
+        check(through == {"1": 2, "2": 4}, "served answers: 2 correct through turn 1, 4 through turn 2 (got {})".format(through))
+        gens = jsonl(os.path.join(run, "generations.jsonl"))
+        check(len(gens) == 6 and all(g.get("stop_reason") == "stop" for g in gens),
+              "generations.jsonl holds the 6 answers with their stop reasons")
+        leaked = [name for name in os.listdir(run)
+                  if os.path.isfile(os.path.join(run, name)) and "sk-kbrl-test-secret" in open(os.path.join(run, name)).read()]
+        check(not leaked and "sk-kbrl-test-secret" not in r.stderr + r.stdout, "the key is in no file and no output")
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        check(again.returncode == 0 and stub.requests == 4, "run again: nothing new is requested (asked {} times)".format(
+            stub.requests))
+        no_key = [os.path.join(args.work, "served-no-key") if a == run else a for a in cmd]
+        unset = subprocess.run(no_key, capture_output=True, text=True, timeout=120,
+                               env={k: v for k, v in os.environ.items() if k != "KBRL_TEST_API_KEY"})
+        check(unset.returncode != 0 and "KBRL_TEST_API_KEY is not set" in unset.stderr,
+              "an unset key variable is refused naming it")
+    finally:
+        stub.close()
 
 
 def main():
@@ -189,6 +280,9 @@ def main():
                         "--level", "1,2", "--no-static-check"], capture_output=True, text=True, timeout=120)
     check(r.returncode == 1 and "serves one --level" in r.stderr, "a plain folder with two levels is refused: " +
           r.stderr.strip()[-160:])
+
+    # model --endpoint: an OpenAI-compatible stub server answers, two levels, two turns, resumed.
+    check_served_model(args, common)
 
     # model: the demo policy, two levels, two turns.
     if args.with_model:

@@ -481,7 +481,19 @@ struct LocalEvaluator::Impl {
     }
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(timeout_s + config.grace_s));
-    const auto line = lane.proc->read_line(deadline);
+    // Read in slices, so that an evaluator being destroyed (Ctrl-C in kbrl-eval) does not wait
+    // for a build or a run that may take minutes.
+    std::optional<std::string> line;
+    while (true) {
+      line = lane.proc->read_line(std::min(deadline, Clock::now() + std::chrono::milliseconds(250)));
+      if (line || !lane.proc->timed_out() || Clock::now() >= deadline) break;
+      if (stopping_now()) {
+        lane.proc->kill();
+        out.status = CallStatus::lost;
+        out.detail = "the evaluator shut down during the job";
+        return out;
+      }
+    }
     if (!line) {
       out.status = lane.proc->timed_out() ? CallStatus::timeout : CallStatus::lost;
       lane.proc->kill();
