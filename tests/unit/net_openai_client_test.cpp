@@ -353,7 +353,7 @@ TEST_CASE("openai client: at most max_in_flight requests are on the wire at once
   CHECK(stub.received_on("/v1/chat/completions") == 8);
 }
 
-TEST_CASE("openai client: settings and the API key are checked when it is made; the key is in no message") {
+TEST_CASE("openai client: settings and the API key are checked when it is made, and the key is in no message") {
   ::unsetenv("KBRL_TEST_OPENAI_MISSING");
   auto c = config_for("http://127.0.0.1:9/v1");
   c.api_key_env = "KBRL_TEST_OPENAI_MISSING";
