@@ -23,9 +23,12 @@
 # its first candidates compile without them, a cost that two servers pay twice).
 #
 # usage: bash benchmarks/eval_fleet/run.sh <KernelBench checkout> <out dir> [configs (one,two,local,shared)]
-# Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per pass, 420), KBT_WARM (1).
-# Writes <out>/results.md and results.json (summarize.py), <config>.log and each run's
-# eval_results.jsonl as <config>.jsonl.
+# Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per pass, 420), KBT_WARM (1),
+# KBT_EVAL_ARGS (evaluator flags added to every server and to the local evaluator, e.g.
+# --no-compile-stagger for an A/B; results.md names them).
+# Writes <out>/results.md and results.json (summarize.py), <config>.log, each run's
+# eval_results.jsonl as <config>.jsonl and the GPUs' utilization during it as <config>.gpu.csv
+# (nvidia-smi every 250 ms: when each GPU got its first work and how busy it was).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../tests/gpu/env.sh"  # a carried bubblewrap on PATH (the evaluator's sandbox)
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
@@ -40,6 +43,7 @@ repo="$(cd "$here/../.." && pwd)"
 build="${KBRL_BUILD:-$repo/build/cuda}"
 limit="${KBT_LIMIT:-420}"
 warm="${KBT_WARM:-1}"
+read -ra extra <<< "${KBT_EVAL_ARGS:-}"
 evald="$build/apps/kbrl-evald"
 keval="$build/apps/kbrl-eval"
 for p in "$evald" "$keval"; do [[ -x "$p" ]] || { echo "run.sh: $p is missing (build the cuda preset)" >&2; exit 2; }; done
@@ -66,7 +70,7 @@ start_server() {
   local dir="$scratch/$name"
   mkdir -p "$dir"
   taskset -c "$cpus" "$evald" --device cuda --gpus "$gpu" --compile-workers "$half" \
-    --listen 127.0.0.1:0 --port-file "$dir/port" --work-dir "$dir/work" --journal "$dir/journal" \
+    --listen 127.0.0.1:0 --port-file "$dir/port" --work-dir "$dir/work" --journal "$dir/journal" "${extra[@]}" \
     > "$dir/server.log" 2>&1 &
   servers+=($!)
   for _ in $(seq 600); do [[ -s "$dir/port" ]] && break; sleep 0.2; done
@@ -116,10 +120,14 @@ evaluate() {
   local config=$1; shift
   local run="$scratch/$config-run"
   workload "$run" "$( (( warm )) && echo renamed)"
+  nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits -lms 250 \
+    > "$out/$config.gpu.csv" 2>/dev/null &
+  local smi=$!
   local start=$EPOCHREALTIME
   generations "$config-run" "$@" > "$out/$config.log" 2>&1
   local rc=$?
   local end=$EPOCHREALTIME
+  kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
   cp "$run/eval_results.jsonl" "$out/$config.jsonl" 2>/dev/null
   echo "{\"config\": \"$config\", \"start\": $start, \"end\": $end, \"exit_code\": $rc}" >> "$out/runs.jsonl"
   echo "$config: exit $rc, $(awk "BEGIN {print $end - $start}") s"
@@ -153,8 +161,8 @@ for config in "${wanted[@]}"; do
       wait "$load"
       stop_servers ;;
     local)
-      warm_up local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work"
-      evaluate local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work" ;;
+      warm_up local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work" "${extra[@]}"
+      evaluate local --gpus 0,1 --compile-workers "$ncpu" --work-dir "$scratch/local-work" "${extra[@]}" ;;
     *) echo "run.sh: unknown configuration $config" >&2; exit 2 ;;
   esac
 done
@@ -163,5 +171,6 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
   echo "halves by physical core: $cpus_a | $cpus_b (how they were found: cpu_halves.md)"
   if (( warm )); then echo "caches: warm (KBT_WARM=1: an untimed pass of each problem's sample 0 first; the timed pass renames each extension)"
   else echo "caches: cold (KBT_WARM=0: the timed pass is each evaluator's first)"; fi
+  echo "evaluator flags added: ${KBT_EVAL_ARGS:-none}"
   echo "kbrl: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"; } > "$out/machine.txt"
 "$python" "$here/summarize.py" "$out"

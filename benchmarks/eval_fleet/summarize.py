@@ -7,6 +7,7 @@ every candidate).
     summarize.py <out dir>     writes <out dir>/results.md and results.json
 """
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -44,7 +45,50 @@ def load(out):
             if s:
                 servers[s] = servers.get(s, 0) + 1
         r["by_server"] = servers
+        runs_by_server = {}
+        for x in r["results"].values():
+            s = x.get("metadata", {}).get("evaluated_by", "local")
+            if "run" in x.get("stage_seconds", {}):
+                runs_by_server[s] = runs_by_server.get(s, 0.0) + x["stage_seconds"]["run"]
+        r["run_s_by_server"] = runs_by_server
+        r["gpus"] = gpu_timeline(os.path.join(out, f"{name}.gpu.csv"), r["start"], r["end"])
     return runs
+
+
+def gpu_timeline(path, start, end):
+    """Per GPU index: seconds from the pass's start to its first busy sample, and the share of
+    samples within the pass that were busy (nvidia-smi's utilization above 0)."""
+    samples = {}
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        for line in f:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) != 3:
+                continue
+            try:
+                t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                util = float(parts[2])
+            except ValueError:
+                continue
+            if start <= t <= end:
+                samples.setdefault(parts[1], []).append((t, util))
+    out = {}
+    for gpu, xs in sorted(samples.items()):
+        busy = [t for t, u in xs if u > 0]
+        out[gpu] = {"first_busy_s": (busy[0] - start) if busy else None,
+                    "busy_fraction": len(busy) / len(xs) if xs else 0.0}
+    return out
+
+
+def gpu_text(r):
+    parts = []
+    for gpu, g in r.get("gpus", {}).items():
+        if g["busy_fraction"] == 0:
+            continue
+        first = f"{g['first_busy_s']:.0f} s" if g["first_busy_s"] is not None else "-"
+        parts.append(f"GPU {gpu}: first work at {first}, busy {100 * g['busy_fraction']:.0f}%")
+    return "; ".join(parts) or "-"
 
 
 def verdict(x):
@@ -61,13 +105,16 @@ def main():
         p = os.path.join(out, name)
         if os.path.exists(p):
             lines += [f"- {l.strip()}" for l in open(p) if l.strip()]
-    lines += ["", "| configuration | candidates evaluated | wall s | candidates / min | compile s, median | exit |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| configuration | candidates evaluated | wall s | candidates / min | compile s, median | "
+              "run s, sum per server | GPUs | exit |",
+              "|---|---|---|---|---|---|---|---|"]
     for name in CONFIGS:
         if name in runs:
             r = runs[name]
             med = f"{r['compile_median_s']:.1f}" if r["compile_median_s"] is not None else "-"
-            lines.append(f"| {NAMES[name]} | {len(r['results'])} | {r['wall_s']:.0f} | {r['per_min']:.2f} | {med} | {r['exit_code']} |")
+            run_sums = " + ".join(f"{v:.0f}" for _, v in sorted(r["run_s_by_server"].items())) or "-"
+            lines.append(f"| {NAMES[name]} | {len(r['results'])} | {r['wall_s']:.0f} | {r['per_min']:.2f} | {med} | "
+                         f"{run_sums} | {gpu_text(r)} | {r['exit_code']} |")
     summary = {n: {k: v for k, v in r.items() if k != "results"} for n, r in runs.items()}
     lines.append("")
     if "one" in runs and "two" in runs and runs["one"]["per_min"] > 0:

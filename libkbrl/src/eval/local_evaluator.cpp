@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kbrl/core/cpus.hpp"
 #include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/hash.hpp"
@@ -263,7 +264,7 @@ struct LocalEvaluator::Impl {
           static_check_label += fmt::format("; {}={}", rule, core::to_string(level));
     }
     if (config.compile_workers <= 0)
-      config.compile_workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      config.compile_workers = static_cast<int>(core::available_cpus());
     if (config.cpu_run_lanes <= 0) throw core::InvalidArgument("evaluator: cpu_run_lanes must be at least 1");
     if (config.platform != core::DevicePlatform::cpu && config.devices.empty()) config.devices = {0};
     if (config.compile_cache_dir.empty()) config.compile_cache_dir = config.work_dir / "compile_cache";
@@ -397,7 +398,7 @@ struct LocalEvaluator::Impl {
       } else {
         lane->name = fmt::format("run-cpu{}", i);
         lane->device = "cpu";
-        lane->env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, std::thread::hardware_concurrency() / run_lanes));
+        lane->env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, core::available_cpus() / run_lanes));
       }
       lanes.push_back(std::move(lane));
     }
@@ -647,13 +648,15 @@ struct LocalEvaluator::Impl {
     request.candidate_path = job->build_dir / "candidate.py";
     request.build_dir = job->build_dir;
     request.log_path = job->build_dir / "compile.log";
-    request.limits = limits_for(true, request.timeout_s);
     // A build with its binding file beside nvcc's two front ends keeps about three cores busy.
     const int in_flight = ++compiles_in_flight;
+    request.limits = limits_for(true, request.timeout_s);
+    if (config.compile_stagger && request.limits.nice > 0)
+      request.limits.nice = std::min(19, request.limits.nice + in_flight - 1);
     request.fast_build = {.pch = config.compile_pch,
                           .light_headers = config.compile_light_headers,
                           .parallel_passes = config.compile_parallel_passes,
-                          .binding_early = 3 * in_flight <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                          .binding_early = 3 * in_flight <= static_cast<int>(core::available_cpus()),
                           .dir = config.compile_cache_dir};
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
@@ -814,7 +817,7 @@ struct LocalEvaluator::Impl {
     l.cpu_seconds = config.limits.cpu_seconds != 0
                         ? config.limits.cpu_seconds
                         : static_cast<std::uint64_t>(std::ceil(std::max(timeout_s, 1.0) *
-                                                               std::max(1u, std::thread::hardware_concurrency())));
+                                                               core::available_cpus()));
     if (compile) l.nice = config.compile_nice;
     return l;
   }

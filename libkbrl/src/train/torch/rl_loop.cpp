@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "kbrl/core/cpus.hpp"
 #include "kbrl/core/json.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/text.hpp"
@@ -741,7 +742,7 @@ eval::LocalEvaluatorConfig evaluator_for_rank(const RunConfig& config, int rank,
   ec.work_dir /= cat("rank", rank);
   if (ec.devices.empty()) ec.devices = {local_rank};
   if (ec.compile_workers == 0) {
-    const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
+    const unsigned cores = core::available_cpus();
     ec.compile_workers = std::max(1, static_cast<int>(cores) / std::max(1, local_world_size));
   }
   return ec;
