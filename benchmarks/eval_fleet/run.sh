@@ -23,7 +23,7 @@
 # its first candidates compile without them, a cost that two servers pay twice).
 #
 # usage: bash benchmarks/eval_fleet/run.sh <KernelBench checkout> <out dir> [configs (one,two,local,shared)]
-# Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per pass, 420), KBT_WARM (1),
+# Environment: KBRL_BUILD (build/cuda), KBT_LIMIT (seconds per pass, 420), KBT_WARM (1), KBT_PASSES (1),
 # KBT_EVAL_ARGS (evaluator flags added to every server and to the local evaluator, e.g.
 # --no-compile-stagger for an A/B; results.md names them).
 # Writes <out>/results.md and results.json (summarize.py), <config>.log, each run's
@@ -43,6 +43,7 @@ repo="$(cd "$here/../.." && pwd)"
 build="${KBRL_BUILD:-$repo/build/cuda}"
 limit="${KBT_LIMIT:-420}"
 warm="${KBT_WARM:-1}"
+passes="${KBT_PASSES:-1}"
 read -ra extra <<< "${KBT_EVAL_ARGS:-}"
 evald="$build/apps/kbrl-evald"
 keval="$build/apps/kbrl-eval"
@@ -91,12 +92,24 @@ PY
 
 # workload DIR [renamed|warm-up]: a copy of the workload in DIR; renamed: each extension renamed
 # (KBT_WARM); warm-up: each problem's sample 0 only (the untimed pass).
+# With KBT_PASSES=k (1) the timed workload is k renamed copies (samples S + 4p, extensions
+# renamed per copy): k x 64 candidates in one batch, e.g. 2 for an RL step of 8 problems x 16.
 workload() {
   mkdir -p "$1"
-  local which=level_1_problem_*_kernel.py
-  [[ "${2:-}" == warm-up ]] && which=level_1_problem_*_sample_0_kernel.py
-  cp "$repo"/benchmarks/eval_throughput/workload/$which "$1/"
-  [[ "${2:-}" == renamed ]] && sed -i -E 's/\bname="([A-Za-z0-9_]+)"/name="\1_steady"/' "$1"/*.py
+  if [[ "${2:-}" == warm-up ]]; then
+    cp "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_sample_0_kernel.py "$1/"
+    return 0
+  fi
+  local f base pass
+  for ((pass = 0; pass < passes; ++pass)); do
+    for f in "$repo"/benchmarks/eval_throughput/workload/level_1_problem_*_kernel.py; do
+      base=$(basename "$f")
+      local sample=${base##*_sample_}; sample=${sample%_kernel.py}
+      local to="$1/${base%_sample_*}_sample_$((sample + 4 * pass))_kernel.py"
+      cp "$f" "$to"
+      [[ "${2:-}" == renamed ]] && sed -i -E "s/\bname=\"([A-Za-z0-9_]+)\"/name=\"\1_steady$pass\"/" "$to"
+    done
+  done
   return 0
 }
 
@@ -171,6 +184,6 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
   echo "halves by physical core: $cpus_a | $cpus_b (how they were found: cpu_halves.md)"
   if (( warm )); then echo "caches: warm (KBT_WARM=1: an untimed pass of each problem's sample 0 first; the timed pass renames each extension)"
   else echo "caches: cold (KBT_WARM=0: the timed pass is each evaluator's first)"; fi
-  echo "evaluator flags added: ${KBT_EVAL_ARGS:-none}"
+  echo "evaluator flags added: ${KBT_EVAL_ARGS:-none}; workload copies: $passes"
   echo "kbrl: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"; } > "$out/machine.txt"
 "$python" "$here/summarize.py" "$out"

@@ -25,7 +25,6 @@
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -674,42 +673,6 @@ TEST_CASE("compilers run at the configured niceness and runs at the evaluator ni
   const auto result = ev.evaluate({request("nice-off", candidate)})[0];
   INFO(result.error_message);
   CHECK(result.correct);
-}
-
-TEST_CASE("builds started together are staggered by niceness, one step per build already running") {
-  // Each candidate reports its compile stage's niceness (over its worker's) after holding the
-  // stage for a second, so that all three builds run at once.
-  auto candidate = [](int i) {
-    return python_candidate(
-        "import os, time\n"
-        "_nicer = os.nice(0) - os.getpriority(os.PRIO_PROCESS, os.getppid())\n"
-        "time.sleep(1.5)\n"
-        "raise RuntimeError('build " + std::to_string(i) + " ran {} nicer'.format(_nicer))\n",
-        "        return x");
-  };
-  auto niceness = [&](bool stagger) {
-    auto c = config(stagger ? "stagger-on" : "stagger-off");
-    c.compile_workers = 3;
-    c.compile_stagger = stagger;
-    eval::LocalEvaluator ev(c);
-    ev.start_workers();  // all three builds start together, not as each worker comes up
-    for (int i = 0; i < 1200 && !ev.workers_ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    REQUIRE(ev.workers_ready());
-    std::multiset<int> seen;
-    for (const auto& r : ev.evaluate({request("a", candidate(0)), request("b", candidate(1)), request("c", candidate(2))})) {
-      INFO(r.error_message);
-      REQUIRE(r.error_category == ErrorCategory::compile);
-      const auto at = r.error_message.find(" ran ");
-      REQUIRE(at != std::string::npos);
-      seen.insert(std::stoi(r.error_message.substr(at + 5)));
-    }
-    return seen;
-  };
-  const auto staggered = niceness(true);
-  CHECK(staggered.count(10) == 1);  // the first build keeps compile_nice
-  CHECK(staggered.count(11) >= 1);  // the next ones start nicer
-  CHECK(*staggered.rbegin() <= 12);
-  CHECK(niceness(false) == std::multiset<int>{10, 10, 10});
 }
 
 namespace {

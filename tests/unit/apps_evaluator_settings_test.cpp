@@ -82,7 +82,6 @@ std::map<std::string, Case> cases() {
                             [](const C& c, const O&) { return c.excessive_speedup == 4.5; }};
   m["compile_workers"] = {{"--compile-workers", "3"}, "3", [](const C& c, const O&) { return c.compile_workers == 3; }};
   m["compile_nice"] = {{"--compile-nice", "0"}, "0", [](const C& c, const O&) { return c.compile_nice == 0; }};
-  m["compile_stagger"] = {{"--no-compile-stagger"}, "false", [](const C& c, const O&) { return !c.compile_stagger; }};
   m["cuda_arch"] = {{"--cuda-arch", "9.0"}, "\"9.0\"", [](const C& c, const O&) { return c.cuda_arch == "9.0"; }};
   m["gpu_arch"] = {{"--gpu-arch", "gfx90a;gfx942"}, "\"gfx90a;gfx942\"",
                    [](const C& c, const O&) { return c.gpu_arch == "gfx90a;gfx942"; }};

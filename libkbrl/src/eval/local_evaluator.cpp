@@ -651,8 +651,6 @@ struct LocalEvaluator::Impl {
     // A build with its binding file beside nvcc's two front ends keeps about three cores busy.
     const int in_flight = ++compiles_in_flight;
     request.limits = limits_for(true, request.timeout_s);
-    if (config.compile_stagger && request.limits.nice > 0)
-      request.limits.nice = std::min(19, request.limits.nice + in_flight - 1);
     request.fast_build = {.pch = config.compile_pch,
                           .light_headers = config.compile_light_headers,
                           .parallel_passes = config.compile_parallel_passes,

@@ -468,10 +468,6 @@ std::vector<Setting> make_settings() {
   e.push_back(integer<int>({"compile_nice", "", compiling, "LocalEvaluatorConfig::compile_nice",
                             "niceness of the compilers, 0 to 19 (0: the evaluator's own)"},
                            local(&L::compile_nice), 0, 19));
-  e.push_back(boolean({"compile_stagger", "", compiling, "LocalEvaluatorConfig::compile_stagger",
-                       "a build started while k others run gets k more niceness (up to 19): builds started "
-                       "together finish one after another and the GPU gets its first candidates sooner"},
-                      local(&L::compile_stagger)));
   e.push_back(text<std::string>({"cuda_arch", "", compiling, "LocalEvaluatorConfig::cuda_arch",
                                  "TORCH_CUDA_ARCH_LIST for builds, e.g. 9.0 (empty: detect)"},
                                 local(&L::cuda_arch), SettingType::text));

@@ -43,10 +43,6 @@ struct LocalEvaluatorConfig {
   // Niceness of the compilers (0: the evaluator's own). Builds fill every idle core; on a GPU the
   // run lanes' CPU side (kernel launches between timing events, input checks) goes first.
   int compile_nice = 10;
-  // A build that starts while k others run gets niceness compile_nice + k (at most 19), so that
-  // builds started together finish one after another instead of all at the end: the run lanes get
-  // their first candidates sooner and the GPU waits less, for the same total of compile work.
-  bool compile_stagger = true;
   std::vector<int> devices;             // GPU indices (cuda/hip); empty: GPU 0. Ignored on cpu.
   int cpu_run_lanes = 1;                // cpu: parallel run lanes (1 keeps timings exclusive)
   // bubblewrap around the workers; on: evaluation refuses to start where bubblewrap cannot run.
