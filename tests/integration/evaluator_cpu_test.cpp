@@ -25,6 +25,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>

@@ -198,6 +198,63 @@ TEST_CASE("openai client: chat and completions with n samples, log-probabilities
   ::unsetenv("KBRL_TEST_OPENAI_KEY");
 }
 
+TEST_CASE("openai client: prompts as token ids, tokens back as ids, top_k, and the LoRA endpoints") {
+  Stub stub([](int, const HttpRequest& r) -> std::optional<HttpResponse> {
+    if (r.path() == "/v1/load_lora_adapter" || r.path() == "/v1/unload_lora_adapter") {
+      const auto body = core::parse_json(r.body).as_object();
+      if (body.at("lora_name").as_string() == "missing")
+        return HttpResponse::json(404, R"({"error":{"message":"no adapter named missing","type":"NotFoundError"}})");
+      return HttpResponse::text(200, "Success");  // vLLM answers in plain text
+    }
+    if (r.path() != "/v1/completions") return std::nullopt;
+    json::object c{{"index", 0}, {"text", "ab"}, {"finish_reason", "stop"},
+                   {"logprobs", json::object{{"tokens", json::array{"token_id:17", "token_id:2"}},
+                                             {"token_logprobs", json::array{-0.5, -0.125}}}}};
+    json::object o{{"id", "cmpl-2"}, {"model", "tiny"}, {"choices", json::array{c}}};
+    return HttpResponse::json(200, json::serialize(o));
+  });
+  OpenAiClient client(config_for(stub.base()));
+  SamplingRequest r;
+  r.model = "tiny";
+  r.prompt_tokens = {101, 7, 9};
+  r.top_k = 20;
+  r.logprobs = true;
+  r.tokens_as_ids = true;
+  const auto answer = client.complete(r);
+  REQUIRE(answer.choices.size() == 1);
+  CHECK(answer.choices[0].token_ids == std::vector<std::int64_t>{17, 2});
+  CHECK(answer.choices[0].logprobs == std::vector<double>{-0.5, -0.125});
+  const auto body = core::parse_json(stub.received.at(0).body).as_object();
+  REQUIRE(body.at("prompt").is_array());
+  CHECK(body.at("prompt").as_array().size() == 3);
+  CHECK(body.at("prompt").as_array()[0].to_number<int>() == 101);
+  CHECK(body.at("top_k").to_number<int>() == 20);
+  CHECK(body.at("return_tokens_as_token_ids").as_bool());
+  // Token strings that are not all ids give no ids (the stub of the first test sends words).
+  Stub words;
+  OpenAiClient plain(config_for(words.base()));
+  SamplingRequest w;
+  w.model = "tiny";
+  w.prompt = "x";
+  w.logprobs = true;
+  CHECK(plain.complete(w).choices.at(0).token_ids.empty());
+
+  client.load_lora_adapter("run-v1", "/runs/a/served_adapters/v1");
+  const auto load = core::parse_json(stub.received.at(1).body).as_object();
+  CHECK(stub.received.at(1).path() == "/v1/load_lora_adapter");
+  CHECK(load.at("lora_name").as_string() == "run-v1");
+  CHECK(load.at("lora_path").as_string() == "/runs/a/served_adapters/v1");
+  client.unload_lora_adapter("run-v1");
+  CHECK(stub.received_on("/v1/unload_lora_adapter") == 1);
+  try {
+    client.unload_lora_adapter("missing");
+    FAIL("no error");
+  } catch (const kbrl::net::OpenAiError& e) {
+    CHECK(e.status == 404);
+    CHECK(std::string(e.what()).find("no adapter named missing") != std::string::npos);
+  }
+}
+
 TEST_CASE("openai client: 429 and 500 are retried, Retry-After honoured, the retries bounded") {
   SECTION("429 with Retry-After, then an answer") {
     Stub stub([](int n, const HttpRequest&) -> std::optional<HttpResponse> {

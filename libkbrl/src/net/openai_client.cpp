@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -53,13 +54,21 @@ std::pair<std::string, std::string> error_of(const HttpResponse& r) {
 json::object request_body(const SamplingRequest& r, bool chat) {
   json::object o{{"model", r.model}, {"n", r.n}, {"temperature", r.temperature}, {"top_p", r.top_p},
                  {"max_tokens", r.max_tokens}};
+  if (r.top_k > 0) o["top_k"] = r.top_k;
+  if (r.tokens_as_ids) o["return_tokens_as_token_ids"] = true;
   if (chat) {
     json::array messages;
     for (const auto& m : r.messages) messages.push_back(json::object{{"role", m.role}, {"content", m.content}});
     o["messages"] = std::move(messages);
     if (r.logprobs) o["logprobs"] = true;
   } else {
-    o["prompt"] = r.prompt;
+    if (r.prompt_tokens.empty()) {
+      o["prompt"] = r.prompt;
+    } else {
+      json::array ids;
+      for (const auto id : r.prompt_tokens) ids.emplace_back(id);
+      o["prompt"] = std::move(ids);
+    }
     if (r.logprobs) o["logprobs"] = 0;  // the sampled token's own log-probability, no alternatives
   }
   if (!r.stop.empty()) {
@@ -69,6 +78,22 @@ json::object request_body(const SamplingRequest& r, bool chat) {
   }
   if (r.seed) o["seed"] = *r.seed;
   return o;
+}
+
+// "token_id:123" strings (vLLM's return_tokens_as_token_ids) as ids; empty unless all are.
+std::vector<std::int64_t> token_ids_of(const std::vector<std::string>& tokens) {
+  constexpr std::string_view prefix = "token_id:";
+  std::vector<std::int64_t> ids;
+  for (const auto& t : tokens) {
+    std::int64_t id = -1;
+    const char* begin = t.data() + prefix.size();
+    const char* end = t.data() + t.size();
+    if (t.size() <= prefix.size() || t.compare(0, prefix.size(), prefix) != 0 ||
+        std::from_chars(begin, end, id).ptr != end || id < 0)
+      return {};
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 [[noreturn]] void malformed(const std::string& what) {
@@ -143,6 +168,7 @@ SamplingResponse parse_response(const std::string& body, bool chat) {
         }
       }
     }
+    s.token_ids = token_ids_of(s.tokens);
     indexed.emplace_back(index, std::move(s));
   }
   std::stable_sort(indexed.begin(), indexed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -351,6 +377,17 @@ std::vector<std::string> OpenAiClient::models() {
                 r.status, "", attempts);
   }
   return ids;
+}
+
+void OpenAiClient::load_lora_adapter(const std::string& name, const std::string& path) {
+  int attempts = 0;
+  impl_->send("POST", "load_lora_adapter", json::serialize(json::object{{"lora_name", name}, {"lora_path", path}}),
+              attempts);
+}
+
+void OpenAiClient::unload_lora_adapter(const std::string& name) {
+  int attempts = 0;
+  impl_->send("POST", "unload_lora_adapter", json::serialize(json::object{{"lora_name", name}}), attempts);
 }
 
 OpenAiClient::Stats OpenAiClient::stats() const {

@@ -285,6 +285,18 @@ const std::vector<Entry>& schema() {
     e.push_back(field("sampling.top_k", &R::sampling, &SamplingSection::top_k, "top-k sampling (0: off)", at_least(0)));
     e.push_back(field("sampling.groups_per_call", &R::sampling, &SamplingSection::groups_per_call,
                       "groups sampled in one batch (x group_size rows); a chunk's evaluations start as soon as it is sampled", at_least(1)));
+    e.push_back(field("sampling.backend", &R::sampling, &SamplingSection::backend,
+                      "who samples: policy (the model in this process) or openai (an OpenAI-compatible server given the adapter after each step)",
+                      one_of({"policy", "openai"})));
+    e.push_back(field("sampling.endpoint", &R::sampling, &SamplingSection::endpoint,
+                      "openai: the server's API root, /v1 included (e.g. http://127.0.0.1:8000/v1)"));
+    e.push_back(field("sampling.api_key_env", &R::sampling, &SamplingSection::api_key_env,
+                      "openai: the environment variable holding the API key (empty: none; the key is never written)"));
+    e.push_back(field("sampling.max_in_flight", &R::sampling, &SamplingSection::max_in_flight, "openai: requests on the wire at once", at_least(1)));
+    e.push_back(field("sampling.max_retries", &R::sampling, &SamplingSection::max_retries,
+                      "openai: retries of a request after a 429, a 5xx or a lost connection", at_least(0)));
+    e.push_back(field("sampling.request_timeout_s", &R::sampling, &SamplingSection::request_timeout_s,
+                      "openai: seconds one attempt of one request may take", positive()));
     for (const auto& setting : eval::evaluator_settings()) e.push_back(evaluator_entry(setting));
     e.push_back(field("env.multi_turn", &R::env, &EnvSection::multi_turn, "refinement episodes with feedback (MultiTurnKernelBenchEnv)"));
     e.push_back(field("env.max_turns", &R::env, &EnvSection::max_turns, "attempts per multi-turn episode", at_least(1)));
@@ -587,6 +599,12 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "reward.multi_turn",
                             "success_bonus, failure_penalty and normalize_returns shape multi-turn episodes: set "
                             "env.multi_turn=true, or leave them at 0 / false");
+  if (c.sampling.backend == "openai" && c.sampling.endpoint.empty())
+    throw core::ConfigError(src.file.empty() ? "config" : src.file, "sampling.endpoint",
+                            "sampling.backend=openai needs the server's API root, e.g. sampling.endpoint=http://127.0.0.1:8000/v1");
+  if (c.sampling.backend != "openai" && !c.sampling.endpoint.empty())
+    throw core::ConfigError(src.file.empty() ? "config" : src.file, "sampling.endpoint",
+                            "is read only with sampling.backend=openai");
   // evaluator.static_check_config is read now (an error names that file), not after the model has
   // loaded.
   if (!c.evaluator.static_check_config.empty()) eval::local_evaluator_config(c.evaluator);

@@ -40,12 +40,19 @@ struct SamplingRequest {
   std::string model;
   std::vector<core::Message> messages;  // chat completions
   std::string prompt;                   // completions (when messages is empty)
+  // Completions: the prompt as token ids, sent instead of `prompt` (the API takes either), so the
+  // server reads exactly the tokens the caller's own chat template made.
+  std::vector<std::int64_t> prompt_tokens;
   int n = 1;
   double temperature = 1.0;
   double top_p = 1.0;
+  std::int64_t top_k = 0;  // > 0: sent as top_k (vLLM, SGLang, kbrl-serve; OpenAI has none)
   std::int64_t max_tokens = 1024;
   std::vector<std::string> stop;
   bool logprobs = false;  // each sampled token's log-probability
+  // Asks for each sampled token as "token_id:<id>" (vLLM's return_tokens_as_token_ids, which
+  // kbrl-serve honours too), read into SampledChoice::token_ids.
+  bool tokens_as_ids = false;
   std::optional<std::int64_t> seed;
 };
 
@@ -55,6 +62,8 @@ struct SampledChoice {
   // With logprobs, one entry per sampled token (the server's token strings).
   std::vector<std::string> tokens;
   std::vector<double> logprobs;
+  // With tokens_as_ids, the sampled token ids (empty when any token string is not "token_id:N").
+  std::vector<std::int64_t> token_ids;
 };
 
 struct TokenUsage {
@@ -96,6 +105,12 @@ class OpenAiClient {
   SamplingResponse complete(const SamplingRequest& request);
   // GET <base>/models: the ids the server serves.
   std::vector<std::string> models();
+  // POST <base>/load_lora_adapter {"lora_name", "lora_path"} and <base>/unload_lora_adapter
+  // {"lora_name"}: vLLM's runtime LoRA endpoints (VLLM_ALLOW_RUNTIME_LORA_UPDATING), which
+  // kbrl-serve serves too. The path is read by the server, so it must see the same file system.
+  // Throws OpenAiError (a server without them answers 404).
+  void load_lora_adapter(const std::string& name, const std::string& path);
+  void unload_lora_adapter(const std::string& name);
 
   struct Stats {
     std::int64_t requests = 0;  // calls made

@@ -56,6 +56,15 @@ struct SamplingSection {
   double top_p = 1.0;
   int top_k = 0;
   int groups_per_call = 4;  // groups sampled together (x group_size rows); each chunk's evaluations start when it is sampled
+  // "policy": the in-process model samples; "openai": an OpenAI-compatible server (kbrl-serve,
+  // vLLM with runtime LoRA loading) samples from the policy's adapter, reloaded after each step
+  // (docs/training-runs.md, "Sampling on an inference server").
+  std::string backend = "policy";
+  std::string endpoint;     // openai: the API's root, /v1 included
+  std::string api_key_env;  // openai: the environment variable holding the key (empty: none)
+  int max_in_flight = 32;   // openai: requests on the wire at once
+  int max_retries = 4;      // openai: retries of a failed request (429, 5xx, connection)
+  double request_timeout_s = 1800;  // openai: one attempt of one request
 };
 struct EnvSection {
   bool multi_turn = false;

@@ -123,7 +123,8 @@ Sampler::Sampler(const DecoderModel& model, TokenBytes token_bytes, SamplerOptio
 
 std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
                                       const SamplingParams& params,
-                                      const std::vector<std::uint64_t>& prompt_keys) const {
+                                      const std::vector<std::uint64_t>& prompt_keys,
+                                      const TokenCallback& on_token) const {
   check_params(params, token_bytes_);
   if (!prompt_keys.empty() && prompt_keys.size() != prompts.size())
     throw core::InvalidArgument(core::cat("Sampler::generate: prompt_keys has ", prompt_keys.size(),
@@ -236,6 +237,7 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
       } else {
         done = false;
       }
+      if (on_token && !on_token(rows[r], s, done)) done = true;
       if (done) {
         rows[r] = kFinished;
       } else {

@@ -36,7 +36,9 @@
 #include "kbrl/train/rollouts.hpp"
 #include "kbrl/train/run_log.hpp"
 #include "kbrl/train/torch/distributed.hpp"
+#include "kbrl/net/openai_client.hpp"
 #include "kbrl/train/torch/policy.hpp"
+#include "kbrl/train/torch/server_sampling.hpp"
 #include "kbrl/train/torch/training_client.hpp"
 
 namespace kbrl::train {
@@ -125,6 +127,7 @@ class Loop {
       throw core::ConfigError("config", "dataset.batch_size",
                               cat("the training split has fewer problems than one batch of ", config_.dataset.batch_size));
     k_ = config_.train.max_steps_off_policy;
+    if (config_.sampling.backend == "openai") start_server_sampling();
     // Where the run stands is settled before rank 0 takes the run directory: a launch that may
     // not resume it leaves its files as they were.
     const std::int64_t next = step_to_resume();
@@ -254,6 +257,35 @@ class Loop {
     return o;
   }
 
+  // sampling.backend=openai: the server samples from the adapters this loop publishes there.
+  void start_server_sampling() {
+    if (k_ > 0)
+      throw core::ConfigError("config", "sampling.backend",
+                              "openai sampling runs synchronous steps only for now: set train.max_steps_off_policy=0");
+    if (world_ > 1)
+      throw core::ConfigError("config", "sampling.backend",
+                              "openai sampling runs on one rank for now (the server is shared; launch one process)");
+    net::OpenAiClientConfig c;
+    c.base_url = config_.sampling.endpoint;
+    c.api_key_env = config_.sampling.api_key_env;
+    c.max_in_flight = config_.sampling.max_in_flight;
+    c.max_retries = config_.sampling.max_retries;
+    c.attempt_timeout_s = config_.sampling.request_timeout_s;
+    server_ = std::make_unique<net::OpenAiClient>(c);
+    fs::path run = fs::absolute(path_).lexically_normal();
+    if (!run.has_filename()) run = run.parent_path();
+    served_ = std::make_unique<ServedAdapters>(policy_, *server_, path_ / "served_adapters", run.filename().string());
+  }
+
+  // Who samples version `version` of the weights: the server (its adapters published first), or
+  // `decoder` in this process.
+  std::unique_ptr<TokenCompleter> completer_for(std::int64_t version,
+                                                std::shared_ptr<const model::DecoderModel> decoder) const {
+    if (served_)
+      return std::make_unique<ServerCompleter>(policy_, *server_, served_->publish(version), sampling_params());
+    return std::make_unique<PolicyCompleter>(policy_, sampling_params(), std::move(decoder), sampler_options());
+  }
+
   // This rank's share of a batch: groups g with g % world == rank, keyed by g so that each draws
   // what it draws in a run of one rank.
   template <class Builders>
@@ -277,8 +309,7 @@ class Loop {
     auto all = dataset_.batch(step, evaluator_);
     b->total_groups = all.size();
     auto keys = take_share(all, b->builders);
-    auto completer = std::make_unique<PolicyCompleter>(policy_, sampling_params(), std::move(decoder), sampler_options());
-    b->completer = std::make_unique<CancellableCompleter>(std::move(completer), &cancel_);
+    b->completer = std::make_unique<CancellableCompleter>(completer_for(version, std::move(decoder)), &cancel_);
     b->pending.emplace(start_group_rollouts(
         b->builders, *b->completer,
         rollout_options(step, cat("step ", step + 1, "/", total_steps_, " rollouts"), std::move(keys))));
@@ -493,10 +524,10 @@ class Loop {
     const std::size_t total = all.size();
     std::vector<std::unique_ptr<env::EnvGroupBuilder>> mine;
     auto keys = take_share(all, mine);
-    PolicyCompleter completer(policy_, sampling_params(), policy_.decoder(), sampler_options());
+    const auto completer = completer_for(step + 1, policy_.decoder());
     // Seeds apart from the training steps' (whose turns count up from step * 7919).
     const auto r = do_group_rollouts(
-        mine, completer, rollout_options(step + (std::int64_t{1} << 40), cat("eval after step ", step + 1), std::move(keys)));
+        mine, *completer, rollout_options(step + (std::int64_t{1} << 40), cat("eval after step ", step + 1), std::move(keys)));
     const auto gathered = gather(r, total);
     if (writer()) add_held_out_metrics(m, gathered.groups);
   }
@@ -646,6 +677,8 @@ class Loop {
   int rank_ = 0, world_ = 1;
   std::unique_ptr<RunLog> log_;  // rank 0's
   std::unique_ptr<TrainingClient> client_;
+  std::unique_ptr<net::OpenAiClient> server_;  // sampling.backend=openai
+  std::unique_ptr<ServedAdapters> served_;
   std::int64_t total_steps_ = 0;
   std::int64_t first_step_ = 0;
   std::int64_t end_ = 0;  // this invocation stops before it

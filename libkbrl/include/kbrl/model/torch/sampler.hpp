@@ -41,6 +41,14 @@ struct Sample {
   StopReason stop_reason = StopReason::kMaxTokens;
 };
 
+// Called by Sampler::generate after each token it appends, on the calling thread, in step order:
+// `index` is the sample's place in the result (prompt * n + sample), `sample` holds every token
+// and logprob so far, `finished` says whether the sampler ended it at this token (stop_reason is
+// then final). Returning false ends the sample here (its stop_reason stays kMaxTokens): a server
+// cuts a request at its own max_tokens, or drops a client that went away. Because each sample's
+// draws depend on (seed, prompt key, sample, step) only, ending one changes no other.
+using TokenCallback = std::function<bool(std::size_t index, const Sample& sample, bool finished)>;
+
 // The bytes a token stands for, for stop strings (for example Tokenizer::token_bytes).
 using TokenBytes = std::function<std::string(std::int64_t id)>;
 TokenBytes token_bytes_of(const tokenizer::Tokenizer& tokenizer);  // keeps a reference: the tokenizer must outlive it
@@ -76,8 +84,10 @@ class Sampler {
   // number that keys prompt i's draws (default: i); a prompt given the same key draws the same
   // uniforms in any batch. Throws core::InvalidArgument naming the field for bad parameters, an
   // empty prompt, a token id outside the vocabulary, or stop strings without TokenBytes.
+  // on_token (optional; nothing is done per token without it) sees every token as it is drawn.
   std::vector<Sample> generate(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
-                               const SamplingParams& params, const std::vector<std::uint64_t>& prompt_keys = {}) const;
+                               const SamplingParams& params, const std::vector<std::uint64_t>& prompt_keys = {},
+                               const TokenCallback& on_token = {}) const;
 
  private:
   const DecoderModel* model_;

@@ -1,0 +1,134 @@
+// ServedModel on libtorch: a train::Policy for the base model, and per adapter a DecoderModel
+// copy that shares every base tensor and carries its own LoRA tensors (as Policy::adapter_snapshot
+// does), so base and adapters are served side by side from one copy of the weights.
+// No fmt here: torch's include directories carry another fmt (kbrl/core/text.hpp).
+#include "served_model.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "kbrl/core/error.hpp"
+#include "kbrl/core/text.hpp"
+#include "kbrl/model/torch/lora.hpp"
+#include "kbrl/model/torch/sampler.hpp"
+#include "kbrl/train/torch/policy.hpp"
+
+namespace kbrl::serve {
+
+namespace {
+
+struct Adapter {
+  std::shared_ptr<model::DecoderModel> decoder;  // base tensors shared, LoRA tensors its own
+  std::optional<model::LoraModel> lora;          // refers to *decoder
+};
+
+class TorchServedModel final : public ServedModel {
+ public:
+  explicit TorchServedModel(const ServedModelOptions& o) : policy_(policy_options(o)), cuda_graphs_(o.cuda_graphs) {
+    token_bytes_ = model::token_bytes_of(policy_.tokenizer());
+  }
+
+  const tokenizer::Tokenizer& tokenizer() const override { return policy_.tokenizer(); }
+
+  std::vector<std::int64_t> chat_prompt(const std::vector<core::Message>& messages) const override {
+    const auto ids = policy_.prompt_tokens(messages);
+    return {ids.begin(), ids.end()};
+  }
+
+  std::int64_t context_length() const override { return policy_.decoder()->config().max_position_embeddings; }
+
+  std::string describe() const override { return core::cat(policy_.device().str(), ", ", policy_.dtype_name()); }
+
+  void load_adapter(const std::string& name, const std::filesystem::path& dir) override {
+    {
+      std::lock_guard lock(mu_);
+      if (adapters_.count(name) != 0) throw core::InvalidArgument(core::cat("the adapter '", name, "' is loaded already"));
+    }
+    // Loaded outside the lock (it reads files and copies tensors to the device): requests go on.
+    auto adapter = std::make_shared<Adapter>();
+    adapter->decoder = std::make_shared<model::DecoderModel>(*policy_.decoder());
+    {
+      const c10::NoGradGuard no_grad;
+      adapter->lora.emplace(model::LoraModel::load(*adapter->decoder, dir));
+    }
+    std::lock_guard lock(mu_);
+    if (!adapters_.emplace(name, adapter).second)
+      throw core::InvalidArgument(core::cat("the adapter '", name, "' is loaded already"));
+    order_.push_back(name);
+  }
+
+  bool unload_adapter(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    if (adapters_.erase(name) == 0) return false;
+    order_.erase(std::find(order_.begin(), order_.end(), name));
+    return true;
+  }
+
+  bool has_adapter(const std::string& name) const override {
+    std::lock_guard lock(mu_);
+    return adapters_.count(name) != 0;
+  }
+
+  std::vector<std::string> adapters() const override {
+    std::lock_guard lock(mu_);
+    return order_;
+  }
+
+  void generate(const std::string& adapter_name, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
+                const DrawParams& params, const std::vector<std::uint64_t>& prompt_keys,
+                const TokenSink& sink) override {
+    std::shared_ptr<Adapter> adapter;  // held for the call: an unload meanwhile frees it afterwards
+    if (!adapter_name.empty()) {
+      std::lock_guard lock(mu_);
+      const auto it = adapters_.find(adapter_name);
+      if (it == adapters_.end()) throw core::InvalidArgument(core::cat("no adapter named '", adapter_name, "'"));
+      adapter = it->second;
+    }
+    model::SamplingParams sp;
+    sp.max_tokens = params.max_tokens;
+    sp.temperature = params.temperature;
+    sp.top_p = params.top_p;
+    sp.top_k = params.top_k;
+    sp.seed = 0;  // the requests' seeds are in their prompt keys
+    sp.stop_token_ids = policy_.stop_token_ids();
+    model::SamplerOptions so;
+    so.cuda_graphs = cuda_graphs_;
+    const model::DecoderModel& decoder = adapter ? *adapter->decoder : *policy_.decoder();
+    const c10::NoGradGuard no_grad;
+    model::Sampler(decoder, token_bytes_, so)
+        .generate(prompts, n, sp, prompt_keys, [&](std::size_t index, const model::Sample& s, bool finished) {
+          return sink(index, s.tokens.back(), s.logprobs.back(), finished,
+                      finished && s.stop_reason == model::StopReason::kStopToken);
+        });
+  }
+
+ private:
+  static train::PolicyOptions policy_options(const ServedModelOptions& o) {
+    train::PolicyOptions po;
+    po.model = o.model;
+    po.device = o.device;
+    po.dtype = o.dtype;
+    po.chat_template = o.chat_template;
+    return po;
+  }
+
+  train::Policy policy_;
+  bool cuda_graphs_;
+  model::TokenBytes token_bytes_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Adapter>> adapters_;
+  std::vector<std::string> order_;
+};
+
+}  // namespace
+
+std::unique_ptr<ServedModel> load_served_model(const ServedModelOptions& options) {
+  return std::make_unique<TorchServedModel>(options);
+}
+
+}  // namespace kbrl::serve
