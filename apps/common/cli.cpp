@@ -1,7 +1,11 @@
 #include "cli.hpp"
 
+#include <fmt/format.h>
+
+#include <fstream>
 #include <iostream>
 
+#include "kbrl/core/error.hpp"
 #include "kbrl/version.hpp"
 
 namespace kbrl::apps {
@@ -77,6 +81,34 @@ eval::EvaluatorSettings EvaluatorFlags::settings() const {
       throw UsageError("--" + slot.setting->flag + ": " + error);
   }
   return settings;
+}
+
+std::pair<std::string, int> parse_listen(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos) throw UsageError(fmt::format("--listen: '{}' is not HOST:PORT", text));
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    std::size_t used = 0;
+    port = std::stoi(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) port = -1;
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  if (host.empty() || port < 0 || port > 65535)
+    throw UsageError(fmt::format("--listen: '{}' is not HOST:PORT (port 0 to 65535; 0 picks a free one)", text));
+  return {host, port};
+}
+
+void write_port_file(const std::filesystem::path& path, int port) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out) throw core::Error(fmt::format("--port-file: cannot write {}", tmp.string()));
+  }
+  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace kbrl::apps

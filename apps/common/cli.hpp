@@ -1,13 +1,16 @@
-// What kbrl-eval and kbrl-train share on the command line (CLI11): the exit codes, --version,
-// running a parsed command with every outcome mapped to its exit code, and the evaluator's
+// What the programs share on the command line (CLI11): the exit codes, --version, running a
+// parsed command with every outcome mapped to its exit code, the servers' --listen and
+// --port-file, and the evaluator's
 // settings (kbrl/eval/settings.hpp) as flags, generated from the same table as kbrl-train's
 // `evaluator.*` keys.
 #pragma once
 
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -36,6 +39,11 @@ std::string version_text(const std::string& program);
 // --version; 2 for CLI11's parse errors and UsageError; 1 for any other exception (its message
 // on stderr); otherwise what `body` returns.
 int run_program(CLI::App& app, int argc, const char* const* argv, const std::function<int()>& body);
+
+// The servers' --listen HOST:PORT ("[::1]:0" too; port 0 picks a free one); UsageError otherwise.
+std::pair<std::string, int> parse_listen(const std::string& text);
+// The bound port, for whoever started a server on port 0: written whole or not at all.
+void write_port_file(const std::filesystem::path& path, int port);
 
 // Every evaluator setting as a flag of `app` (a boolean as --x and --no-x), in option groups,
 // with `profile`'s defaults in the help.

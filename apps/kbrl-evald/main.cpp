@@ -41,24 +41,6 @@ struct ServiceFlags {
   int io_threads = 2;
 };
 
-std::pair<std::string, int> parse_listen(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos) throw apps::UsageError(fmt::format("--listen: '{}' is not HOST:PORT", text));
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = -1;
-  try {
-    std::size_t used = 0;
-    port = std::stoi(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1) port = -1;
-  } catch (const std::exception&) {
-    port = -1;
-  }
-  if (host.empty() || port < 0 || port > 65535)
-    throw apps::UsageError(fmt::format("--listen: '{}' is not HOST:PORT (port 0 to 65535; 0 picks a free one)", text));
-  return {host, port};
-}
-
 std::string read_token(const ServiceFlags& f) {
   if (!f.token_file.empty()) {
     const std::string text = core::read_file(f.token_file);
@@ -71,19 +53,8 @@ std::string read_token(const ServiceFlags& f) {
   return {};
 }
 
-// The bound port, for whoever started us on port 0: written whole or not at all.
-void write_port_file(const fs::path& path, int port) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out) throw core::Error(fmt::format("--port-file: cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, path);
-}
-
 int serve(const ServiceFlags& f, const eval::EvaluatorSettings& settings) {
-  const auto [host, port] = parse_listen(f.listen);
+  const auto [host, port] = apps::parse_listen(f.listen);
   if (f.tls_cert.empty() != f.tls_key.empty()) throw apps::UsageError("--tls-cert and --tls-key go together");
   if (f.max_batch == 0) throw apps::UsageError("--max-batch: 0 is below 1");
   if (f.io_threads < 1) throw apps::UsageError("--io-threads: must be at least 1");
@@ -137,7 +108,7 @@ int serve(const ServiceFlags& f, const eval::EvaluatorSettings& settings) {
       routes = nullptr;
     }
   } stop_server_first{server, routes};
-  if (!f.port_file.empty()) write_port_file(f.port_file, server.port());
+  if (!f.port_file.empty()) apps::write_port_file(f.port_file, server.port());
   const auto cap = service.capacity();
   std::cerr << fmt::format(
       "kbrl-evald: listening on {}://{}:{} ({} backend, concurrency {} = {} compile workers + {} run lanes, queue {}, "

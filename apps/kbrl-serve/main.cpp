@@ -50,34 +50,6 @@ struct Flags {
   std::size_t max_body_bytes = 16ull << 20;
 };
 
-std::pair<std::string, int> parse_listen(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos) throw apps::UsageError(fmt::format("--listen: '{}' is not HOST:PORT", text));
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = -1;
-  try {
-    std::size_t used = 0;
-    port = std::stoi(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1) port = -1;
-  } catch (const std::exception&) {
-    port = -1;
-  }
-  if (host.empty() || port < 0 || port > 65535)
-    throw apps::UsageError(fmt::format("--listen: '{}' is not HOST:PORT (port 0 to 65535; 0 picks a free one)", text));
-  return {host, port};
-}
-
-void write_port_file(const fs::path& path, int port) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out) throw core::Error(fmt::format("--port-file: cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, path);
-}
-
 // One line per event on stderr, whole lines even from several threads, with the wall time.
 void log_line(const std::string& line) {
   static std::mutex mu;
@@ -100,7 +72,7 @@ std::string folder_name(const std::string& dir) {
 }
 
 int run_server(const Flags& f) {
-  const auto [host, port] = parse_listen(f.listen);
+  const auto [host, port] = apps::parse_listen(f.listen);
   if (f.max_batch == 0) throw apps::UsageError("--max-batch: 0 is below 1");
   if (!(f.batch_wait_ms >= 0)) throw apps::UsageError("--batch-wait-ms: must be at least 0");
   if (f.io_threads < 1) throw apps::UsageError("--io-threads: must be at least 1");
@@ -161,7 +133,7 @@ int run_server(const Flags& f) {
   hc.threads = f.io_threads;
   hc.max_body_bytes = f.max_body_bytes;
   net::HttpServer server(hc, [&service](const net::HttpRequest& r) { return service.handle(r); });
-  if (!f.port_file.empty()) write_port_file(f.port_file, server.port());
+  if (!f.port_file.empty()) apps::write_port_file(f.port_file, server.port());
   log_line(fmt::format("serving '{}' on http://{}:{}/v1 (max batch {} rows, batch wait {} ms, context {} tokens{})", name,
                        host, server.port(), f.max_batch, f.batch_wait_ms, sc.max_model_len,
                        api_key.empty() ? ", no API key" : ", API key required"));
