@@ -31,12 +31,7 @@ inline fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-inline void write_file(const fs::path& path, const std::string& content) {
-  fs::create_directories(path.parent_path());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
+using kbrl_test::write_file;
 
 inline kbrl::rag::CorpusSpec bundled_spec() {
   kbrl::rag::CorpusSpec spec;

@@ -232,6 +232,9 @@ struct LocalEvaluator::Impl {
   // file beside nvcc's front ends (sooner done); beyond that, after them, so that a source that
   // fails to compile costs no binding compile (fast_build.binding_early).
   std::atomic<int> compiles_in_flight{0};
+  // The CPUs this evaluator may use (affinity mask, cgroup quota), read once: it sizes the compile
+  // lanes, each build's parallelism and every job's CPU-time limit.
+  const unsigned cpus = core::available_cpus();
   std::uint64_t next_job = 0;
 
   explicit Impl(LocalEvaluatorConfig c) : config(std::move(c)) {}
@@ -264,7 +267,7 @@ struct LocalEvaluator::Impl {
           static_check_label += fmt::format("; {}={}", rule, core::to_string(level));
     }
     if (config.compile_workers <= 0)
-      config.compile_workers = static_cast<int>(core::available_cpus());
+      config.compile_workers = static_cast<int>(cpus);
     if (config.cpu_run_lanes <= 0) throw core::InvalidArgument("evaluator: cpu_run_lanes must be at least 1");
     if (config.platform != core::DevicePlatform::cpu && config.devices.empty()) config.devices = {0};
     if (config.compile_cache_dir.empty()) config.compile_cache_dir = config.work_dir / "compile_cache";
@@ -398,7 +401,7 @@ struct LocalEvaluator::Impl {
       } else {
         lane->name = fmt::format("run-cpu{}", i);
         lane->device = "cpu";
-        lane->env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, core::available_cpus() / run_lanes));
+        lane->env["OMP_NUM_THREADS"] = std::to_string(std::max(1u, cpus / run_lanes));
       }
       lanes.push_back(std::move(lane));
     }
@@ -648,13 +651,13 @@ struct LocalEvaluator::Impl {
     request.candidate_path = job->build_dir / "candidate.py";
     request.build_dir = job->build_dir;
     request.log_path = job->build_dir / "compile.log";
+    request.limits = limits_for(true, request.timeout_s);
     // A build with its binding file beside nvcc's two front ends keeps about three cores busy.
     const int in_flight = ++compiles_in_flight;
-    request.limits = limits_for(true, request.timeout_s);
     request.fast_build = {.pch = config.compile_pch,
                           .light_headers = config.compile_light_headers,
                           .parallel_passes = config.compile_parallel_passes,
-                          .binding_early = 3 * in_flight <= static_cast<int>(core::available_cpus()),
+                          .binding_early = 3 * in_flight <= static_cast<int>(cpus),
                           .dir = config.compile_cache_dir};
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
@@ -815,7 +818,7 @@ struct LocalEvaluator::Impl {
     l.cpu_seconds = config.limits.cpu_seconds != 0
                         ? config.limits.cpu_seconds
                         : static_cast<std::uint64_t>(std::ceil(std::max(timeout_s, 1.0) *
-                                                               core::available_cpus()));
+                                                               cpus));
     if (compile) l.nice = config.compile_nice;
     return l;
   }
