@@ -11,6 +11,7 @@
 #include "kbrl/rag/bm25.hpp"
 #include "kbrl/rag/corpus.hpp"
 #include "kbrl/rag/leakage.hpp"
+#include "kbrl/rag/retriever.hpp"
 
 namespace kbrl::rag {
 
@@ -39,7 +40,7 @@ struct SearchResult {
   std::size_t excluded_count(LeakKind kind) const noexcept;
 };
 
-class CorpusIndex {
+class CorpusIndex final : public Retriever {
  public:
   // The file format's version: load refuses any other.
   static constexpr std::uint32_t kFormatVersion = 1;
@@ -48,9 +49,10 @@ class CorpusIndex {
   // Indexes the PyTorch side of every entry.
   static CorpusIndex build(std::vector<CorpusEntry> entries, Bm25Params params = {});
 
-  SearchResult search(std::string_view problem_source, const SearchOptions& options = {}) const;
+  SearchResult search(std::string_view problem_source, const SearchOptions& options) const override;
+  SearchResult search(std::string_view problem_source) const { return search(problem_source, SearchOptions{}); }
 
-  const std::vector<CorpusEntry>& entries() const noexcept { return entries_; }
+  const std::vector<CorpusEntry>& entries() const noexcept override { return entries_; }
   const Bm25Index& bm25() const noexcept { return bm25_; }
 
   // The whole index as bytes: "KBRLRIX1" magic, format version, payload size and checksum, then
