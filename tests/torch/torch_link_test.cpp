@@ -1,4 +1,5 @@
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <string>
 
@@ -12,9 +13,9 @@ TEST_CASE("libtorch is the one of the Python torch wheel") {
 }
 
 TEST_CASE("libtorch computes on the CPU") {
-  const auto a = torch::arange(6, torch::kFloat32).reshape({2, 3});
-  const auto b = torch::ones({3, 2});
-  const auto c = torch::matmul(a, b);
+  const auto a = at::arange(6, at::kFloat).reshape({2, 3});
+  const auto b = at::ones({3, 2});
+  const auto c = at::matmul(a, b);
   REQUIRE(c.size(0) == 2);
   REQUIRE(c[0][0].item<float>() == 3.0f);  // 0 + 1 + 2
   REQUIRE(c[1][1].item<float>() == 12.0f);  // 3 + 4 + 5
