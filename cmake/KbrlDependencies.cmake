@@ -50,6 +50,28 @@ if(NOT TARGET kbrl::cli11)
 endif()
 message(STATUS "kbrl: CLI11 ${KBRL_CLI11_VERSION}")
 
+# FAISS (libfaiss-dev) for dense retrieval (rag::DenseIndex). Optional: the GPU machines'
+# Ubuntu may lack it, and everything else builds without it (DenseIndex then says it needs FAISS).
+# AUTO uses it where found; ON requires it; OFF leaves it out.
+set(KBRL_WITH_FAISS AUTO CACHE STRING "Dense retrieval with FAISS: AUTO (where found), ON (required), OFF")
+set_property(CACHE KBRL_WITH_FAISS PROPERTY STRINGS AUTO ON OFF)
+if(NOT KBRL_WITH_FAISS MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "KBRL_WITH_FAISS must be AUTO, ON or OFF (got '${KBRL_WITH_FAISS}')")
+endif()
+set(KBRL_BUILD_FAISS OFF)
+if(NOT KBRL_WITH_FAISS STREQUAL "OFF")
+  include(${CMAKE_CURRENT_LIST_DIR}/KbrlFindFaiss.cmake)
+  if(TARGET kbrl::faiss)
+    set(KBRL_BUILD_FAISS ON)
+    message(STATUS "kbrl: dense retrieval with ${KBRL_FAISS_DESCRIPTION}")
+  elseif(KBRL_WITH_FAISS STREQUAL "ON")
+    message(FATAL_ERROR "kbrl: KBRL_WITH_FAISS is ON but FAISS was not found (faiss/IndexFlat.h and libfaiss); "
+                        "install it with 'apt-get install libfaiss-dev' (or run scripts/deps.sh)")
+  else()
+    message(STATUS "kbrl: FAISS not found: dense retrieval not built (apt-get install libfaiss-dev)")
+  endif()
+endif()
+
 if(NOT KBRL_DEVICE MATCHES "^(cpu|cuda|hip)$")
   message(FATAL_ERROR "KBRL_DEVICE must be cpu, cuda or hip (got '${KBRL_DEVICE}')")
 endif()

@@ -20,6 +20,9 @@ esac
 packages=(build-essential cmake ninja-build pkg-config git
           "libboost${boost}-dev" "libboost-json${boost}-dev"
           libfmt-dev catch2 bubblewrap libpcre2-dev libyaml-cpp-dev libcli11-dev libssl-dev python3-dev)
+# FAISS 1.7.3 for dense retrieval (optional: without it the build leaves rag::DenseIndex out).
+# Debian 12 only so far: Ubuntu 24.04's (1.7.4, universe) has not been tried here.
+if [[ "${ID}:${VERSION_ID}" == debian:12 ]]; then packages+=(libfaiss-dev); fi
 # Opt-in: Debian 12's hipcc 5.2.3 (clang 15, ROCm's device libraries, the HIP runtime's headers),
 # for integration:hip_compile, which is skipped without it (docs/building.md, "AMD GPUs"). About
 # 66 MB to download and 350 MB installed; no AMD GPU is needed to compile.

@@ -41,6 +41,8 @@
 #include "kbrl/log/tensorboard.hpp"
 #include "kbrl/prompt/answer_parser.hpp"
 #include "kbrl/prompt/task_prompt.hpp"
+#include "kbrl/rag/retrieval_prompt.hpp"
+#include "kbrl/tokenizer/tokenizer.hpp"
 #include "run_files.hpp"
 #include "run_sampler.hpp"
 
@@ -134,6 +136,11 @@ struct GenerationsCommand {
   double early_stop_speedup = 0.0;
   bool keep_thinking = false;
   bool no_one_shot = false;
+  // Retrieved examples before the task (--retrieval-*): made by with_examples.
+  rag::RetrievalPromptConfig retrieval;
+  bool no_leakage_filter = false;
+  std::string retrieval_tokenizer;
+  std::shared_ptr<const prompt::ExampleProvider> examples;
 };
 
 // (level, problem, sample, turn): one answer of a run.
@@ -175,11 +182,57 @@ std::map<ProblemKey, core::Problem> load_levels(const fs::path& path, const std:
   return out;
 }
 
+// The flag a field of rag::RetrievalPromptConfig is set by, for messages.
+std::string retrieval_flag(const std::string& field) {
+  static const std::map<std::string, std::string> flags = {
+      {"index", "--retrieval-index"},
+      {"k", "--retrieval-k"},
+      {"language", "--retrieval-language"},
+      {"max_example_chars", "--retrieval-example-chars"},
+      {"max_example_tokens", "--retrieval-example-tokens"},
+      {"token_budget", "--retrieval-token-budget"},
+      {"leakage_filter", "--no-retrieval-leakage-filter"},
+      {"near_threshold", "--retrieval-near-threshold"},
+      {"shingle_size", "--retrieval-shingle-size"}};
+  const auto it = flags.find(field);
+  return it == flags.end() ? field : it->second;
+}
+
+// `g` with the example provider of its --retrieval-* flags (none without --retrieval-index). The
+// token budget is counted with --retrieval-tokenizer, else the checkpoint's tokenizer (`model`,
+// when sampling one), else estimated (rag::estimate_tokens).
+GenerationsCommand with_examples(GenerationsCommand g, core::KernelLanguage asked, const std::string& model) {
+  g.retrieval.leakage.enabled = !g.no_leakage_filter;
+  if (const auto problem = rag::check_retrieval_config(g.retrieval)) {
+    // A missing file is an error of input (exit 1); the rest is the command line's (exit 2).
+    if (problem->field == "index") throw core::ConfigError(retrieval_flag("index"), "", problem->message);
+    throw apps::UsageError(fmt::format("{}: {}", retrieval_flag(problem->field), problem->message));
+  }
+  if (!g.retrieval.enabled()) {
+    if (!g.retrieval_tokenizer.empty()) throw apps::UsageError("--retrieval-tokenizer: needs --retrieval-index");
+    return g;
+  }
+  fs::path tokenizer_file = g.retrieval_tokenizer;
+  if (tokenizer_file.empty() && !model.empty()) tokenizer_file = fs::path(model) / "tokenizer.json";
+  rag::TokenCounter count;
+  if (!tokenizer_file.empty()) {
+    auto tok = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(tokenizer_file));
+    count = [tok](std::string_view text) { return tok->encode(text).size(); };
+  } else {
+    std::cerr << fmt::format("kbrl-eval: no tokenizer for the retrieval token budget (--retrieval-tokenizer): "
+                             "estimating {} bytes per token\n",
+                             rag::kEstimatedBytesPerToken);
+  }
+  g.examples = rag::make_example_provider(g.retrieval, asked, std::move(count), retrieval_flag);
+  return g;
+}
+
 env::EnvOptions episode_options(const GenerationsCommand& g, const core::EvalRequest& base) {
   env::EnvOptions o;
   o.prompt.language = base.language;
   o.prompt.precision = base.precision;
   o.prompt.one_shot = !g.no_one_shot;
+  o.prompt.examples = g.examples;
   o.max_turns = g.turns;
   o.early_stop = !g.no_early_stop;
   o.early_stop_min_speedup = g.early_stop_speedup;
@@ -474,8 +527,9 @@ void catch_interrupts() {
   std::signal(SIGTERM, on_interrupt);
 }
 
-int cmd_generations(const GenerationsCommand& g, const eval::EvaluatorSettings& settings) {
+int cmd_generations(const GenerationsCommand& given, const eval::EvaluatorSettings& settings) {
   catch_interrupts();
+  const GenerationsCommand g = with_examples(given, base_request(given.request, settings).language, "");
   const auto outcome = evaluate_run(g, settings);
   std::cout << format_run_summary(outcome.summary);
   return outcome.exit_code;
@@ -530,7 +584,8 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
   catch_interrupts();
   if (m.model.empty() == m.api.endpoint.empty())
     throw apps::UsageError("give --model (a checkpoint) or --endpoint (an OpenAI-compatible server), one of them");
-  const GenerationsCommand& g = m.generations;
+  const GenerationsCommand g =
+      with_examples(m.generations, base_request(m.generations.request, settings).language, m.model);
   const fs::path run_dir = g.run;
   fs::create_directories(run_dir);
   const std::string problems_path = problems_of(g);
@@ -557,6 +612,56 @@ int cmd_model(const ModelCommand& m, const eval::EvaluatorSettings& settings) {
     std::cerr << fmt::format("summary written to {} at step {}\n", (fs::path(m.tensorboard) / "tb").string(), m.step);
   }
   return g_interrupted ? apps::kExitInterrupted : outcome.exit_code;
+}
+
+// --retrieval-*: kbrl-train's prompt.retrieval.* keys (rag::RetrievalPromptConfig, its defaults).
+void add_retrieval_options(CLI::App& cmd, GenerationsCommand& g) {
+  const rag::RetrievalPromptConfig d;
+  const std::string group = "Retrieved examples (docs/retrieval.md, \"Prompts\")";
+  cmd.add_option("--retrieval-index", g.retrieval.index,
+                 "an index file written by kbrl-index build: each problem's prompt opens with similar solved examples")
+      ->type_name("FILE")
+      ->group(group);
+  cmd.add_option("--retrieval-k", g.retrieval.k, fmt::format("examples asked of the index per problem [default: {}]", d.k))
+      ->type_name("N")
+      ->group(group);
+  cmd.add_option("--retrieval-language", g.retrieval.language,
+                 "corpus language of the examples, or any [default: the kernel language asked for]")
+      ->type_name("LANG")
+      ->group(group);
+  cmd.add_option("--retrieval-example-chars", g.retrieval.max_example_chars,
+                 fmt::format("each side of an example is cut to this many characters (0: no limit) [default: {}]",
+                             d.max_example_chars))
+      ->type_name("N")
+      ->group(group);
+  cmd.add_option("--retrieval-example-tokens", g.retrieval.max_example_tokens,
+                 "an example over this many tokens is cut further, or left out (0: no limit) [default: 0]")
+      ->type_name("N")
+      ->group(group);
+  cmd.add_option("--retrieval-token-budget", g.retrieval.token_budget,
+                 fmt::format("tokens of the whole examples section at most; examples that do not fit are left out "
+                             "whole [default: {}]",
+                             d.token_budget))
+      ->type_name("N")
+      ->group(group);
+  cmd.add_flag("--no-retrieval-leakage-filter", g.no_leakage_filter,
+               "keep examples whose PyTorch side is the problem's (exact or near copies): for inspection only")
+      ->group(group);
+  cmd.add_option("--retrieval-near-threshold", g.retrieval.leakage.near_threshold,
+                 fmt::format("near copies: the problem's operations and a shingle similarity of at least this "
+                             "[default: {}]",
+                             d.leakage.near_threshold))
+      ->type_name("X")
+      ->group(group);
+  cmd.add_option("--retrieval-shingle-size", g.retrieval.leakage.shingle_size,
+                 fmt::format("tokens per shingle of the near-copy check [default: {}]", d.leakage.shingle_size))
+      ->type_name("N")
+      ->group(group);
+  cmd.add_option("--retrieval-tokenizer", g.retrieval_tokenizer,
+                 "tokenizer.json that counts the token budget [default: the checkpoint's with --model; else "
+                 "estimated at 3 bytes per token]")
+      ->type_name("FILE")
+      ->group(group);
 }
 
 void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
@@ -587,6 +692,7 @@ void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
   cmd.add_flag("--keep-thinking", g.keep_thinking,
                "multi-turn: earlier answers keep their <think> block, cut short (env.keep_thinking)");
   cmd.add_flag("--no-one-shot", g.no_one_shot, "the task prompt without the worked example");
+  add_retrieval_options(cmd, g);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kbrl/core/json.hpp"
 #include "kbrl/log/progress.hpp"
 #include "kbrl/net/openai_client.hpp"
+#include "kbrl/rag/retrieval_prompt.hpp"
 #include "run_files.hpp"
 
 namespace kbrl::apps {
@@ -87,6 +88,25 @@ class ApiSource : public AnswerSource {
   std::unique_ptr<net::OpenAiClient> client_;
 };
 
+// What a prompt's retrieved examples were and what was left out (generations.jsonl's "retrieval").
+json::object retrieval_json(const prompt::RetrievedExamples& r) {
+  json::array examples, shortened, excluded;
+  for (const auto& e : r.examples) {
+    examples.push_back(json::string(e.id));
+    if (e.shortened()) shortened.push_back(json::string(e.id));
+  }
+  for (const auto& id : r.excluded_ids) excluded.push_back(json::string(id));
+  return {{"examples", std::move(examples)},
+          {"shortened", std::move(shortened)},
+          {"retrieved", r.retrieved},
+          {"dropped", r.dropped},
+          {"tokens", r.tokens},
+          {"tokens_estimated", r.tokens_estimated},
+          {"excluded_exact", r.excluded_exact},
+          {"excluded_near", r.excluded_near},
+          {"excluded", std::move(excluded)}};
+}
+
 }  // namespace
 
 std::unique_ptr<AnswerSource> make_api_source(const ApiSamplingOptions& options, const SamplingSettings& sampling) {
@@ -111,6 +131,7 @@ int RunSampler::write(const std::vector<AnswerRow>& rows, int per_row, std::uint
                       {"sample", sample},   {"turn", r.turn},             {"file", file.filename().string()},
                       {"stop_reason", a.stop_reason}, {"answer", a.text}};
     if (a.num_tokens >= 0) line["num_tokens"] = a.num_tokens;
+    if (r.retrieval) line["retrieval"] = retrieval_json(*r.retrieval);
     log << json::serialize(line) << "\n" << std::flush;
     ++written;
     progress.advance(1);
@@ -126,7 +147,19 @@ int RunSampler::sample_problems(const std::vector<std::pair<int, core::Problem>>
   for (const auto& [level, p] : problems)
     for (int s = 0; s < samples_; ++s)
       if (!fs::exists(kernel_file(run_, level, p.number, s))) {
-        todo.push_back({level, p.number, 0, 1, p.id, prompt::build_messages(p, prompt_)});
+        std::shared_ptr<const prompt::RetrievedExamples> retrieval;
+        auto messages = prompt::build_messages(p, prompt_);
+        if (prompt_.examples) {
+          retrieval = prompt_.examples->examples_for(p);
+          std::cerr << "kbrl-eval: " << rag::describe_retrieval(p.id, *retrieval) << "\n";
+          json::array conversation;
+          for (const auto& m : messages) conversation.push_back(json::object{{"role", m.role}, {"content", m.content}});
+          const json::object file{{"level", level},          {"problem", p.number},
+                                  {"problem_id", p.id},      {"turn", 1},
+                                  {"messages", conversation}, {"retrieval", retrieval_json(*retrieval)}};
+          core::write_file_atomically(first_prompt_file(run_, level, p.number), json::serialize(file) + "\n");
+        }
+        todo.push_back({level, p.number, 0, 1, p.id, std::move(messages), std::move(retrieval)});
         break;
       }
   if (todo.empty()) return 0;
@@ -147,7 +180,7 @@ int RunSampler::sample_prompts(int turn) {
     std::smatch m;
     const std::string file = entry.path().filename().string();
     if (!std::regex_match(file, m, name) || std::stoi(m[4]) != turn) continue;
-    AnswerRow r{std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), turn, "", {}};
+    AnswerRow r{std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), turn, "", {}, nullptr};
     if (fs::exists(kernel_file(run_, r.level, r.problem, r.sample, turn))) continue;
     try {
       const auto o = core::parse_json(core::read_file(entry.path())).as_object();

@@ -26,6 +26,8 @@ struct AnswerRow {
   int level = 0, problem = 0, sample = 0, turn = 1;
   std::string problem_id;
   std::vector<core::Message> messages;
+  // The retrieved examples in the prompt (turn 1 with --retrieval-index), for generations.jsonl.
+  std::shared_ptr<const prompt::RetrievedExamples> retrieval;
 };
 
 struct Answer {

@@ -171,7 +171,8 @@ int run_server(const Flags& f) {
 int main(int argc, char** argv) {
   CLI::App app(
       "Serves a Hugging Face checkpoint (and LoRA adapters) over an OpenAI-compatible HTTP API (docs/services.md): "
-      "GET /v1/models, POST /v1/chat/completions, /v1/completions (streaming too), /v1/load_lora_adapter, "
+      "GET /v1/models, POST /v1/chat/completions, /v1/completions (streaming too), /v1/embeddings (mean-pooled last "
+      "hidden states), /v1/load_lora_adapter, "
       "/v1/unload_lora_adapter, GET /health. Requests from all clients are sampled together in batches.",
       "kbrl-serve");
   app.set_version_flag("--version", apps::version_text("kbrl-serve"));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -167,10 +168,12 @@ std::vector<std::string> read_stop(const json::object& body) {
   return out;
 }
 
-// Completions' prompt: a string, a list of strings, a list of token ids or a list of such lists.
-std::vector<std::vector<std::int64_t>> read_prompts(const json::object& body, const tokenizer::Tokenizer& tok) {
-  const auto* v = Fields(body).get("prompt");
-  if (v == nullptr) bad("prompt", "'prompt' is required");
+// Completions' prompt (and embeddings' input, `key`): a string, a list of strings, a list of token
+// ids or a list of such lists.
+std::vector<std::vector<std::int64_t>> read_prompts(const json::object& body, const tokenizer::Tokenizer& tok,
+                                                    const std::string& key = "prompt") {
+  const auto* v = Fields(body).get(key);
+  if (v == nullptr) bad(key, fmt::format("'{}' is required", key));
   const auto limit = static_cast<std::int64_t>(tok.id_limit());
   auto encode = [&](std::string_view text) {
     const auto ids = tok.encode(text, {.add_special_tokens = true});
@@ -180,7 +183,7 @@ std::vector<std::vector<std::int64_t>> read_prompts(const json::object& body, co
     std::vector<std::int64_t> ids;
     for (const auto& x : a) {
       if (!x.is_int64() || x.as_int64() < 0 || x.as_int64() >= limit)
-        bad("prompt", fmt::format("'{}' holds {}: token ids are integers in [0, {})", where, json::serialize(x), limit));
+        bad(key, fmt::format("'{}' holds {}: token ids are integers in [0, {})", where, json::serialize(x), limit));
       ids.push_back(x.as_int64());
     }
     return ids;
@@ -190,25 +193,50 @@ std::vector<std::vector<std::int64_t>> read_prompts(const json::object& body, co
     out.push_back(encode(v->as_string()));
   } else if (v->is_array() && !v->as_array().empty() && !v->as_array().front().is_string() &&
              !v->as_array().front().is_array()) {
-    out.push_back(ids_of(v->as_array(), "prompt"));
+    out.push_back(ids_of(v->as_array(), key));
   } else if (v->is_array()) {
     std::size_t i = 0;
     for (const auto& p : v->as_array()) {
-      const std::string where = fmt::format("prompt[{}]", i++);
+      const std::string where = fmt::format("{}[{}]", key, i++);
       if (p.is_string()) {
         out.push_back(encode(p.as_string()));
       } else if (p.is_array()) {
         out.push_back(ids_of(p.as_array(), where));
       } else {
-        bad("prompt", "'prompt' must be a string, an array of strings, an array of token ids or an array of those");
+        bad(key, fmt::format("'{}' must be a string, an array of strings, an array of token ids or an array of those", key));
       }
     }
   } else {
-    bad("prompt", "'prompt' must be a string, an array of strings, an array of token ids or an array of those");
+    bad(key, fmt::format("'{}' must be a string, an array of strings, an array of token ids or an array of those", key));
   }
-  if (out.empty()) bad("prompt", "'prompt' must not be empty");
+  if (out.empty()) bad(key, fmt::format("'{}' must not be empty", key));
   for (std::size_t i = 0; i < out.size(); ++i)
-    if (out[i].empty()) bad("prompt", out.size() == 1 ? "'prompt' is empty" : fmt::format("'prompt[{}]' is empty", i));
+    if (out[i].empty()) bad(key, out.size() == 1 ? fmt::format("'{}' is empty", key) : fmt::format("'{}[{}]' is empty", key, i));
+  return out;
+}
+
+// Standard base64 with padding (RFC 4648): what OpenAI's encoding_format "base64" carries, the
+// embedding's little-endian float32 bytes. Written here because Boost has it only in a detail
+// namespace that may change, and OpenSSL's sits behind the net module.
+std::string base64(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const auto v = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
+                   static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
+                   static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
+    for (const int shift : {18, 12, 6, 0}) out.push_back(kAlphabet[(v >> shift) & 63]);
+  }
+  if (const std::size_t rest = bytes.size() - i; rest > 0) {
+    std::uint32_t v = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (rest == 2) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    out.push_back(kAlphabet[(v >> 18) & 63]);
+    out.push_back(kAlphabet[(v >> 12) & 63]);
+    out.push_back(rest == 2 ? kAlphabet[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
   return out;
 }
 
@@ -337,6 +365,7 @@ net::HandlerResult OpenAiService::handle(const net::HttpRequest& r) {
     if (route_is("/v1/models", "GET")) return models(r, "");
     if (route_is("/v1/chat/completions", "POST")) return sample(r, true);
     if (route_is("/v1/completions", "POST")) return sample(r, false);
+    if (route_is("/v1/embeddings", "POST")) return embeddings(r);
     if (route_is("/v1/load_lora_adapter", "POST")) return load_adapter(r);
     if (route_is("/v1/unload_lora_adapter", "POST")) return unload_adapter(r);
     throw ApiError(404, fmt::format("no route {} {}", r.method, path), "", "not_found");
@@ -623,6 +652,63 @@ net::HandlerResult OpenAiService::sample(const net::HttpRequest& r, bool chat) {
     batcher_.submit(std::move(pending), std::move(cb));
   };
   return response;
+}
+
+// Answered on the io thread (no batching: one forward per group of similar lengths, which is what
+// index builds send), from the same pooling as the in-process embedder (model/torch/embedder.hpp).
+net::HandlerResult OpenAiService::embeddings(const net::HttpRequest& r) {
+  const auto start = std::chrono::steady_clock::now();
+  const json::object body = parse_body(r);
+  const Fields f(body);
+  const std::string model = f.string("model").value_or(config_.served_model_name);
+  std::string adapter;
+  if (model != config_.served_model_name) {
+    if (!model_.has_adapter(model))
+      throw ApiError(404, fmt::format("The model '{}' does not exist.", model), "model", "model_not_found");
+    adapter = model;
+  }
+  const std::string format = f.string("encoding_format").value_or("float");
+  if (format != "float" && format != "base64")
+    bad("encoding_format", fmt::format("'encoding_format' is '{}': it must be \"float\" or \"base64\"", format));
+  const std::size_t dimension = model_.embedding_dimension();
+  if (const auto dims = f.integer("dimensions"); dims && *dims != static_cast<std::int64_t>(dimension))
+    bad("dimensions", fmt::format("'dimensions' is {}: this model's embeddings have {} and cannot be shortened", *dims,
+                                  dimension));
+  const auto inputs = read_prompts(body, model_.tokenizer(), "input");
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const auto n = static_cast<std::int64_t>(inputs[i].size());
+    tokens += n;
+    if (config_.max_model_len > 0 && n > config_.max_model_len)
+      bad("input", fmt::format("This model's maximum context length is {} tokens. However, input {} has {} tokens.",
+                               config_.max_model_len, i, n));
+  }
+  const std::vector<float> vectors = model_.embed(adapter, inputs);
+  json::array data;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const float* row = vectors.data() + i * dimension;
+    json::object o{{"object", "embedding"}, {"index", i}};
+    if (format == "base64") {
+      // Little-endian float32, as OpenAI sends it (and as numpy.frombuffer(..., "float32") reads it).
+      std::string bytes(dimension * sizeof(float), '\0');
+      std::memcpy(bytes.data(), row, bytes.size());
+      o["embedding"] = base64(bytes);
+    } else {
+      json::array values;
+      values.reserve(dimension);
+      for (std::size_t d = 0; d < dimension; ++d) values.emplace_back(static_cast<double>(row[d]));
+      o["embedding"] = std::move(values);
+    }
+    data.push_back(std::move(o));
+  }
+  json::object out{{"object", "list"},
+                   {"data", std::move(data)},
+                   {"model", model},
+                   {"usage", json::object{{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};
+  if (log_)
+    log_(fmt::format("POST /v1/embeddings 200 model={} inputs={} prompt_tokens={} {:.3f} s", model, inputs.size(), tokens,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  return net::HttpResponse::json(200, json::serialize(out));
 }
 
 net::HandlerResult OpenAiService::load_adapter(const net::HttpRequest& r) {

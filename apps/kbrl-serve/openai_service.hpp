@@ -37,6 +37,7 @@ class OpenAiService {
  private:
   net::HandlerResult models(const net::HttpRequest& r, const std::string& one);
   net::HandlerResult sample(const net::HttpRequest& r, bool chat);
+  net::HandlerResult embeddings(const net::HttpRequest& r);
   net::HandlerResult load_adapter(const net::HttpRequest& r);
   net::HandlerResult unload_adapter(const net::HttpRequest& r);
   std::string next_id(const char* prefix);

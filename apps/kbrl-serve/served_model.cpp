@@ -14,6 +14,7 @@
 
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/text.hpp"
+#include "kbrl/model/torch/embedder.hpp"
 #include "kbrl/model/torch/lora.hpp"
 #include "kbrl/model/torch/sampler.hpp"
 #include "kbrl/train/torch/policy.hpp"
@@ -79,16 +80,23 @@ class TorchServedModel final : public ServedModel {
     return order_;
   }
 
+  std::vector<float> embed(const std::string& adapter_name, const std::vector<std::vector<std::int64_t>>& ids) override {
+    const std::shared_ptr<Adapter> adapter = find_adapter(adapter_name);
+    const model::DecoderModel& decoder = adapter ? *adapter->decoder : *policy_.decoder();
+    const auto exclusive = device_lock();
+    const at::Tensor pooled = model::mean_pooled_embeddings(decoder, ids).contiguous();  // [N, hidden] fp32
+    const float* p = pooled.data_ptr<float>();
+    return std::vector<float>(p, p + pooled.numel());
+  }
+
+  std::size_t embedding_dimension() const override {
+    return static_cast<std::size_t>(policy_.decoder()->config().hidden_size);
+  }
+
   void generate(const std::string& adapter_name, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
                 const DrawParams& params, const std::vector<std::uint64_t>& prompt_keys,
                 const TokenSink& sink) override {
-    std::shared_ptr<Adapter> adapter;  // held for the call: an unload meanwhile frees it afterwards
-    if (!adapter_name.empty()) {
-      std::lock_guard lock(mu_);
-      const auto it = adapters_.find(adapter_name);
-      if (it == adapters_.end()) throw core::InvalidArgument(core::cat("no adapter named '", adapter_name, "'"));
-      adapter = it->second;
-    }
+    const std::shared_ptr<Adapter> adapter = find_adapter(adapter_name);
     model::SamplingParams sp;
     sp.max_tokens = params.max_tokens;
     sp.temperature = params.temperature;
@@ -99,6 +107,7 @@ class TorchServedModel final : public ServedModel {
     model::SamplerOptions so;
     so.cuda_graphs = cuda_graphs_;
     const model::DecoderModel& decoder = adapter ? *adapter->decoder : *policy_.decoder();
+    const auto exclusive = device_lock();
     const c10::NoGradGuard no_grad;
     model::Sampler(decoder, token_bytes_, so)
         .generate(prompts, n, sp, prompt_keys, [&](std::size_t index, const model::Sample& s, bool finished) {
@@ -108,6 +117,22 @@ class TorchServedModel final : public ServedModel {
   }
 
  private:
+  // On a GPU, embeddings wait for the sampling batch in progress and the other way round: the
+  // sampler captures CUDA graphs, and a capture fails when another thread allocates or
+  // synchronizes on the device meanwhile. On the CPU both run side by side.
+  std::unique_lock<std::mutex> device_lock() {
+    return policy_.device().is_cuda() ? std::unique_lock<std::mutex>(device_mu_) : std::unique_lock<std::mutex>();
+  }
+
+  // Held for the call: an unload meanwhile frees it afterwards. Null for the base model ("").
+  std::shared_ptr<Adapter> find_adapter(const std::string& name) const {
+    if (name.empty()) return nullptr;
+    std::lock_guard lock(mu_);
+    const auto it = adapters_.find(name);
+    if (it == adapters_.end()) throw core::InvalidArgument(core::cat("no adapter named '", name, "'"));
+    return it->second;
+  }
+
   static train::PolicyOptions policy_options(const ServedModelOptions& o) {
     train::PolicyOptions po;
     po.model = o.model;
@@ -121,6 +146,7 @@ class TorchServedModel final : public ServedModel {
   bool cuda_graphs_;
   model::TokenBytes token_bytes_;
   mutable std::mutex mu_;
+  std::mutex device_mu_;
   std::map<std::string, std::shared_ptr<Adapter>> adapters_;
   std::vector<std::string> order_;
 };

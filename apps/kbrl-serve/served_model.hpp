@@ -57,6 +57,13 @@ class ServedModel {
   virtual bool has_adapter(const std::string& name) const = 0;
   virtual std::vector<std::string> adapters() const = 0;  // in load order
 
+  // The mean-pooled, L2-normalized last hidden states of each token list (none empty), from the
+  // base model (adapter "") or the named adapter: model::mean_pooled_embeddings, the in-process
+  // embedder's function. Rows of embedding_dimension() floats. Thread-safe, and runs beside
+  // generate(). Throws core::Error for an unknown adapter.
+  virtual std::vector<float> embed(const std::string& adapter, const std::vector<std::vector<std::int64_t>>& ids) = 0;
+  virtual std::size_t embedding_dimension() const = 0;
+
   // Samples `n` rows per prompt from the base model (adapter "") or the named adapter, each
   // prompt's draws keyed by prompt_keys[i] (model::Sampler semantics: the same key draws the
   // same tokens in any batch). Calls `sink` for every token. Throws core::Error for an unknown

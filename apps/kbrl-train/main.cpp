@@ -1,5 +1,5 @@
-// kbrl-train: GRPO training of a policy that writes kernels (kbrl::train::run_rl_loop), and the
-// management of its runs.
+// kbrl-train: GRPO training of a policy that writes kernels (kbrl::train::run_rl_loop), its
+// supervised warm start (train.mode=sft: kbrl::train::run_sft_loop), and the management of runs.
 //   kbrl-train [train] [config.yaml] [key=value ...]   train, or resume the run in log_path
 //   kbrl-train runs <dir>                              every run under <dir>: state, step, last reward
 //   kbrl-train status <run dir>                        one run
@@ -18,8 +18,10 @@
 #include "cli.hpp"
 #include "kbrl/core/error.hpp"
 #include "kbrl/log/run_dir.hpp"
-#include "kbrl/train/torch/rl_loop.hpp"
 #include "kbrl/train/run_config.hpp"
+#include "kbrl/train/run_log.hpp"
+#include "kbrl/train/torch/rl_loop.hpp"
+#include "kbrl/train/torch/sft_loop.hpp"
 
 namespace fs = std::filesystem;
 using namespace kbrl;
@@ -58,15 +60,25 @@ int run_training(const std::vector<std::string>& args) {
     if (e.where().rfind("override ", 0) == 0) throw apps::UsageError(e.what());
     throw;
   }
-  if (config.dataset.problems.empty()) {  // found here, so that the run's config.yaml names it
+  const bool supervised = config.train.mode == "sft";
+  if (!supervised && config.dataset.problems.empty()) {  // found here, so that the run's config.yaml names it
     config.dataset.problems = train::problems_path(config).string();
     std::cerr << "kbrl-train: problems from " << config.dataset.problems << "\n";
+  }
+  // A run directory given as lora.init_adapter (an RL run starting from a supervised one) becomes
+  // the adapter folder of its last checkpoint here, so that this run's config.yaml names that one.
+  if (!config.lora.init_adapter.empty() && !fs::exists(fs::path(config.log_path) / "checkpoints.jsonl")) {
+    const fs::path adapter = train::resolve_init_adapter(config.lora.init_adapter);
+    if (adapter != fs::path(config.lora.init_adapter)) {
+      config.lora.init_adapter = adapter.string();
+      std::cerr << "kbrl-train: adapters from " << config.lora.init_adapter << "\n";
+    }
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   train::RlLoopOptions options;
   options.stop = &g_stop;
-  const auto result = train::run_rl_loop(config, options);
+  const auto result = supervised ? train::run_sft_loop(config, options) : train::run_rl_loop(config, options);
   if (result.rank == 0)  // under torchrun: one report, rank 0's
     std::cerr << "kbrl-train: " << result.steps_done << "/" << result.total_steps << " steps in " << config.log_path
             << (result.stopped ? " (stopped; run again to resume)" : "") << "\n";
@@ -77,13 +89,17 @@ int run_training(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("GRPO training of a policy that writes kernels, and the management of its runs.", "kbrl-train");
+  CLI::App app("GRPO training of a policy that writes kernels (train.mode=sft: supervised fine-tuning on example answers), "
+               "and the management of its runs.",
+               "kbrl-train");
   app.set_version_flag("--version", apps::version_text("kbrl-train"));
   app.require_subcommand(0, 1);
   app.footer(
       "Keys are dotted paths into the configuration (docs/configs.md lists every key and its default):\n"
       "  kbrl-train examples/configs/single_turn.yaml model.path=/models/qwen2.5-coder-1.5b \\\n"
       "      dataset.batch_size=8 reward.preset=stage2 log_path=runs/x\n"
+      "train.mode=sft fine-tunes on the prompt/answer pairs of sft.data instead; an RL run starts from it with\n"
+      "lora.init_adapter=<that run's log_path> (docs/training-runs.md, \"Supervised warm start\").\n"
       "Run it again with the same log_path to resume at the next batch; Ctrl-C (or SIGTERM) stops after the\n"
       "step in flight and saves its checkpoint.\n"
       "Exit codes: 0 done, 1 error (a missing or malformed file, a failed run), 2 usage (an unknown option,\n"

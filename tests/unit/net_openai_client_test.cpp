@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -26,6 +28,7 @@
 #include "kbrl/core/json.hpp"
 #include "kbrl/net/http_server.hpp"
 #include "kbrl/net/openai_client.hpp"
+#include "kbrl/rag/openai_embedder.hpp"
 
 using namespace kbrl;
 using namespace kbrl::net;
@@ -85,6 +88,7 @@ struct Stub {
   static HttpResponse answer(const HttpRequest& r) {
     if (r.path() == "/v1/models")
       return HttpResponse::json(200, R"({"object":"list","data":[{"id":"tiny","object":"model"},{"id":"tiny-lora","object":"model"}]})");
+    if (r.path() == "/v1/embeddings") return embeddings(r);
     const auto body = core::parse_json(r.body).as_object();
     const bool chat = r.path() == "/v1/chat/completions";
     const int n = static_cast<int>(body.at("n").to_number<int>());
@@ -107,6 +111,26 @@ struct Stub {
     }
     json::object o{{"id", "cmpl-1"}, {"model", body.at("model")}, {"choices", std::move(choices)},
                    {"usage", json::object{{"prompt_tokens", 7}, {"completion_tokens", 2 * n}, {"total_tokens", 7 + 2 * n}}}};
+    return HttpResponse::json(200, json::serialize(o));
+  }
+
+  // Embeddings that tell which input they came from: [length, first byte, 2], in reverse index
+  // order (clients must use "index"); usage counts characters as tokens.
+  static HttpResponse embeddings(const HttpRequest& r) {
+    const auto body = core::parse_json(r.body).as_object();
+    const auto& input = body.at("input").as_array();
+    json::array data;
+    std::int64_t chars = 0;
+    for (std::size_t i = input.size(); i-- > 0;) {
+      const std::string text(input[i].as_string());
+      chars += static_cast<std::int64_t>(text.size());
+      data.push_back(json::object{{"object", "embedding"},
+                                  {"index", i},
+                                  {"embedding", json::array{static_cast<double>(text.size()),
+                                                            text.empty() ? 0.0 : static_cast<double>(text[0]), 2.0}}});
+    }
+    json::object o{{"object", "list"}, {"data", std::move(data)}, {"model", body.at("model")},
+                   {"usage", json::object{{"prompt_tokens", chars}, {"total_tokens", chars}}}};
     return HttpResponse::json(200, json::serialize(o));
   }
 };
@@ -449,4 +473,141 @@ TEST_CASE("Retry-After: seconds or an HTTP date") {
   CHECK(retry_after_seconds("Wed, 21 Oct 2026 07:28:00 GMT", 1792567670.0) == 10.0);
   CHECK(retry_after_seconds("Wed, 21 Oct 2026 07:28:00 GMT", 1792567690.0) == 0.0);
   CHECK_FALSE(retry_after_seconds("Wed, 21 Oct 2026 07:28:00 CET", 0).has_value());
+}
+
+// The inputs the stub's embedding of row `row` came from: [length, first byte, 2].
+static std::vector<float> stub_row(const std::string& text) {
+  return {static_cast<float>(text.size()), text.empty() ? 0.0f : static_cast<float>(text[0]), 2.0f};
+}
+
+TEST_CASE("openai client: embeddings in batches, in parallel, rows back in input order") {
+  Stub stub;
+  stub.delay_s = 0.05;
+  auto c = config_for(stub.base());
+  c.max_in_flight = 3;
+  OpenAiClient client(c);
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 150; ++i) inputs.push_back(std::string(static_cast<std::size_t>(1 + i % 40), static_cast<char>('a' + i % 26)));
+  const EmbeddingsResponse r = client.embeddings("embedder", inputs, 16);
+  CHECK(r.dimension == 3);
+  CHECK(r.model == "embedder");
+  CHECK(r.requests == 10);
+  CHECK(r.attempts == 10);
+  REQUIRE(r.vectors.size() == 150 * 3);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    INFO("input " << i);
+    CHECK(std::vector<float>(r.vectors.begin() + static_cast<std::ptrdiff_t>(3 * i),
+                             r.vectors.begin() + static_cast<std::ptrdiff_t>(3 * i + 3)) == stub_row(inputs[i]));
+  }
+  std::int64_t chars = 0;
+  for (const auto& s : inputs) chars += static_cast<std::int64_t>(s.size());
+  CHECK(r.usage.prompt_tokens == chars);
+  CHECK(client.stats().usage.prompt_tokens == chars);
+  CHECK(stub.received_on("/v1/embeddings") == 10);
+  CHECK(stub.max_in_flight >= 2);  // the batches went out side by side ...
+  CHECK(stub.max_in_flight <= 3);  // ... at most max_in_flight of them
+  std::size_t largest = 0;
+  for (const auto& sent : stub.received) {
+    const auto body = core::parse_json(sent.body).as_object();
+    CHECK(body.at("model").as_string() == "embedder");
+    CHECK(body.at("encoding_format").as_string() == "float");
+    largest = std::max(largest, body.at("input").as_array().size());
+  }
+  CHECK(largest == 16);
+  // No inputs, no request.
+  CHECK(client.embeddings("embedder", {}).vectors.empty());
+  CHECK(stub.received_on("/v1/embeddings") == 10);
+  CHECK_THROWS_AS(client.embeddings("", inputs), core::InvalidArgument);
+  CHECK_THROWS_AS(client.embeddings("embedder", inputs, 0), core::InvalidArgument);
+}
+
+TEST_CASE("openai client: embeddings retried on 5xx, refused on 4xx, checked for shape") {
+  SECTION("a 500 is retried") {
+    Stub stub([](int n, const HttpRequest&) -> std::optional<HttpResponse> {
+      return n == 0 ? std::optional<HttpResponse>(status(500)) : std::nullopt;
+    });
+    OpenAiClient client(config_for(stub.base()));
+    const auto r = client.embeddings("embedder", {"x", "yy"});
+    CHECK(r.attempts == 2);
+    CHECK(r.vectors == std::vector<float>{1, 'x', 2, 2, 'y', 2});
+  }
+  SECTION("a 400 fails at once, and no batch is sent after it") {
+    Stub stub([](int, const HttpRequest&) -> std::optional<HttpResponse> {
+      return status(400, R"({"error":{"message":"input is too long","type":"invalid_request_error"}})");
+    });
+    auto c = config_for(stub.base());
+    c.max_in_flight = 1;
+    OpenAiClient client(c);
+    try {
+      client.embeddings("embedder", std::vector<std::string>(10, "text"), 2);
+      FAIL("no error");
+    } catch (const OpenAiError& e) {
+      CHECK(e.status == 400);
+      CHECK(std::string(e.what()).find("input is too long") != std::string::npos);
+    }
+    CHECK(stub.received_on("/v1/embeddings") == 1);
+  }
+  SECTION("answers of the wrong shape are errors") {
+    const auto bad = [](const std::string& body) {
+      Stub stub([body](int, const HttpRequest&) -> std::optional<HttpResponse> { return HttpResponse::json(200, body); });
+      OpenAiClient client(config_for(stub.base()));
+      try {
+        client.embeddings("embedder", {"a", "b"});
+      } catch (const OpenAiError& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    CHECK_THAT(bad(R"({"data":[{"index":0,"embedding":[1,2]}]})"), Catch::Matchers::ContainsSubstring("1 embeddings for 2 inputs"));
+    CHECK_THAT(bad(R"({"data":[{"index":0,"embedding":[1,2]},{"index":0,"embedding":[1,2]}]})"),
+               Catch::Matchers::ContainsSubstring("two embeddings for input 0"));
+    CHECK_THAT(bad(R"({"data":[{"index":0,"embedding":[1,2]},{"index":1,"embedding":[1,2,3]}]})"),
+               Catch::Matchers::ContainsSubstring("embeddings of 2 and 3 dimensions"));
+    CHECK_THAT(bad(R"({"data":[{"index":0,"embedding":"AAAA"},{"index":1,"embedding":"AAAA"}]})"),
+               Catch::Matchers::ContainsSubstring("not an array of numbers"));
+    CHECK_THAT(bad(R"({"data":[{"index":5,"embedding":[1]},{"index":1,"embedding":[1]}]})"),
+               Catch::Matchers::ContainsSubstring("not an input's index"));
+  }
+  SECTION("batches of different sizes are an error") {
+    Stub stub([](int n, const HttpRequest& r) -> std::optional<HttpResponse> {
+      if (n == 0) return std::nullopt;
+      const auto count = core::parse_json(r.body).at("input").as_array().size();
+      json::array data;
+      for (std::size_t i = 0; i < count; ++i) data.push_back(json::object{{"index", i}, {"embedding", json::array{1.0, 2.0}}});
+      return HttpResponse::json(200, json::serialize(json::object{{"data", std::move(data)}}));
+    });
+    auto c = config_for(stub.base());
+    c.max_in_flight = 1;
+    OpenAiClient client(c);
+    CHECK_THROWS_WITH(client.embeddings("embedder", {"a", "b", "c"}, 2),
+                      Catch::Matchers::ContainsSubstring("3 dimensions in one answer and 2 in another"));
+  }
+}
+
+TEST_CASE("openai embedder: normalized rows, the dimension asked of the server once") {
+  Stub stub;
+  rag::OpenAiEmbedderConfig c;
+  c.client = config_for(stub.base());
+  c.model = "embedder";
+  c.batch_size = 2;
+  rag::OpenAiEmbedder embedder(c);
+  CHECK(embedder.identity() == rag::EmbedderIdentity{"embedder", 3});
+  CHECK(stub.received_on("/v1/embeddings") == 1);  // a one-word probe
+  CHECK(embedder.identity().dimension == 3);
+  CHECK(stub.received_on("/v1/embeddings") == 1);
+  const auto v = embedder.embed({"ab", "c", "xyz"});
+  REQUIRE(v.size() == 9);
+  CHECK(stub.received_on("/v1/embeddings") == 3);
+  for (std::size_t r = 0; r < 3; ++r) {
+    double norm = 0;
+    for (std::size_t d = 0; d < 3; ++d) norm += static_cast<double>(v[3 * r + d]) * v[3 * r + d];
+    CHECK(norm == Catch::Approx(1.0).epsilon(1e-6));
+  }
+  const auto raw = stub_row("ab");  // [2, 'a', 2] scaled to unit length
+  const double n = std::sqrt(4.0 + 97.0 * 97.0 + 4.0);
+  CHECK(v[0] == Catch::Approx(raw[0] / n).epsilon(1e-6));
+  CHECK(v[1] == Catch::Approx(raw[1] / n).epsilon(1e-6));
+  rag::OpenAiEmbedderConfig empty = c;
+  empty.model.clear();
+  CHECK_THROWS_AS(rag::OpenAiEmbedder(empty), core::InvalidArgument);
 }

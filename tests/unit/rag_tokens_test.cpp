@@ -57,6 +57,8 @@ TEST_CASE("canonical source ignores comments, docstrings, imports, layout and lo
       "import torch\nimport math\ndef f(inp,  s):\n    # other comment\n    out = torch.relu( inp )*s\n\n    return out\n";
   CHECK(canonical_python_source(a) == canonical_python_source(b));
   CHECK(fingerprint_python_source(a).exact_hash == fingerprint_python_source(b).exact_hash);
+  // A comment before the imports hides neither them nor what follows.
+  CHECK(canonical_python_source("# copied\n" + a) == canonical_python_source(a));
   // Attribute names, keyword-argument names and constants are not renamed.
   const std::string c = "import torch\n\ndef f(x, scale):\n    y = torch.sigmoid(x) * scale\n    return y\n";
   CHECK(fingerprint_python_source(a).exact_hash != fingerprint_python_source(c).exact_hash);

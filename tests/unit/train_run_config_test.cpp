@@ -270,3 +270,50 @@ TEST_CASE("docs/configs.md lists every key with its default") {
   INFO("regenerate the table with: kbrl-train keys");
   CHECK(has(docs, table));
 }
+
+TEST_CASE("prompt.retrieval: nested or dotted, checked, and written back") {
+  const auto dir = fs::path(KBRL_TEST_TMP) / "run_config";
+  fs::create_directories(dir);
+  const auto index = dir / "examples.kbrlidx";
+  std::ofstream(index) << "an index file need only exist for the config; the loader reads it\n";
+  // Off by default: no index, the defaults of rag::RetrievalPromptConfig.
+  const auto plain = load_run_config(std::nullopt, {"log_path=runs/r"});
+  CHECK_FALSE(plain.prompt.retrieval.enabled());
+  CHECK(plain.prompt.retrieval.k == rag::RetrievalPromptConfig{}.k);
+  CHECK(plain.prompt.retrieval.leakage.enabled);
+
+  const auto yaml = write_yaml("retrieval.yaml", "log_path: runs/r\nprompt:\n  retrieval:\n    index: " + index.string() +
+                                                     "\n    k: 4\n    language: any\n    max_example_chars: 3000\n"
+                                                     "    max_example_tokens: 900\n    token_budget: 2500\n"
+                                                     "    leakage_filter: true\n    near_threshold: 0.85\n    shingle_size: 4\n");
+  const auto c = load_run_config(yaml, {"prompt.retrieval.k=2"});
+  const auto& r = c.prompt.retrieval;
+  CHECK(r.index == index.string());
+  CHECK(r.k == 2);  // the override wins
+  CHECK(r.language == "any");
+  CHECK(r.max_example_chars == 3000);
+  CHECK(r.max_example_tokens == 900);
+  CHECK(r.token_budget == 2500);
+  CHECK(r.leakage.enabled);
+  CHECK(r.leakage.near_threshold == 0.85);
+  CHECK(r.leakage.shingle_size == 4);
+  const auto resolved = dir / "retrieval_resolved.yaml";
+  train::write_resolved(c, resolved);
+  CHECK(has(read(resolved), "  retrieval.token_budget: 2500\n"));
+  const auto back = load_run_config(resolved, {});
+  CHECK(train::to_yaml(back) == train::to_yaml(c));
+  CHECK(back.prompt.retrieval.k == 2);
+  CHECK_FALSE(load_run_config(yaml, {"prompt.retrieval.leakage_filter=false"}).prompt.retrieval.leakage.enabled);
+
+  // Errors name the key: a missing index file, k = 0 with an index, a negative budget, a bad threshold.
+  CHECK(has(error_of(std::nullopt, {"log_path=r", "prompt.retrieval.index=" + (dir / "missing.kbrlidx").string()}),
+            "field 'prompt.retrieval.index': " + (dir / "missing.kbrlidx").string() + ": no such file"));
+  CHECK(has(error_of(yaml, {"prompt.retrieval.k=0"}), "field 'prompt.retrieval.k': 0 examples with an index"));
+  CHECK(has(error_of(yaml, {"prompt.retrieval.token_budget=-1"}), "field 'prompt.retrieval.token_budget': -1 is below 0"));
+  CHECK(has(error_of(yaml, {"prompt.retrieval.token_budget=0"}), "0 leaves no room for an example"));
+  CHECK(has(error_of(yaml, {"prompt.retrieval.near_threshold=0"}), "field 'prompt.retrieval.near_threshold': 0 is outside (0, 1]"));
+  CHECK(has(error_of(yaml, {"prompt.retrieval.max_example_chars=-3"}), "-3 is below 0"));
+  CHECK(has(error_of(yaml, {"prompt.retrieval.top_k=3"}), "unknown key 'prompt.retrieval.top_k'"));
+  // k = 0 without an index is retrieval off, not an error.
+  CHECK_NOTHROW(load_run_config(std::nullopt, {"log_path=r", "prompt.retrieval.k=0"}));
+}

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <string>
 #include <utility>
 
 #include "kbrl/core/error.hpp"
@@ -16,8 +18,23 @@ const reward::RewardRegistry& registry_of(const EnvOptions& o) {
   return o.registry != nullptr ? *o.registry : reward::default_registry();
 }
 
-StepResult score(core::Completion completion, core::EvalResult eval, int turn, const EnvOptions& options) {
+// The first turn's prompt is the one with retrieved examples (later prompts repeat it): what it
+// showed and left out, for the step's retrieval/* metrics (train/metrics.hpp).
+void add_retrieval_metrics(std::map<std::string, double>& metrics, const core::Problem& problem, int turn,
+                           const EnvOptions& options) {
+  if (turn != 0 || !options.prompt.examples) return;
+  const auto r = options.prompt.examples->examples_for(problem);
+  metrics["retrieval/examples"] = static_cast<double>(r->examples.size());
+  metrics["retrieval/excluded_exact"] = static_cast<double>(r->excluded_exact);
+  metrics["retrieval/excluded_near"] = static_cast<double>(r->excluded_near);
+  metrics["retrieval/dropped"] = static_cast<double>(r->dropped);
+  metrics["retrieval/tokens"] = static_cast<double>(r->tokens);
+}
+
+StepResult score(const core::Problem& problem, core::Completion completion, core::EvalResult eval, int turn,
+                 const EnvOptions& options) {
   StepResult r;
+  add_retrieval_metrics(r.metrics, problem, turn, options);
   r.breakdown = reward::compute_reward(eval, completion, options.reward, registry_of(options));
   r.reward = r.breakdown.total;
   r.metrics["kernel/format_ok"] = eval.format_ok ? 1 : 0;
@@ -65,7 +82,7 @@ std::future<StepResult> KernelBenchEnv::evaluate(core::Completion sampled, int t
     e.error_message = c.kernel.empty() ? "no program found in the answer (expected it inside <KERNEL> ... </KERNEL>)"
                                        : "the program does not define class ModelNew";
     std::promise<StepResult> p;
-    p.set_value(score(std::move(c), std::move(e), turn, options_));
+    p.set_value(score(problem_, std::move(c), std::move(e), turn, options_));
     return p.get_future();
   }
   core::EvalRequest r;
@@ -77,7 +94,7 @@ std::future<StepResult> KernelBenchEnv::evaluate(core::Completion sampled, int t
   r.options = options_.eval;
   auto result = evaluator_.submit(std::move(r));
   return std::async(std::launch::deferred, [this, c = std::move(c), result = std::move(result), turn]() mutable {
-    return score(std::move(c), result.get(), turn, options_);
+    return score(problem_, std::move(c), result.get(), turn, options_);
   });
 }
 

@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <iomanip>
 #include <mutex>
 #include <random>
@@ -181,6 +183,62 @@ SamplingResponse parse_response(const std::string& body, bool chat) {
     out.usage = {count("prompt_tokens"), count("completion_tokens"), count("total_tokens")};
   }
   return out;
+}
+
+// One /embeddings answer for `expected` inputs: the rows in the answer's index order.
+std::vector<std::vector<float>> parse_embeddings(const std::string& body, std::size_t expected, TokenUsage& usage,
+                                                 std::string& model) {
+  json::value v;
+  try {
+    v = core::parse_json(body);
+  } catch (const std::exception& e) {
+    malformed(e.what());
+  }
+  if (!v.is_object()) malformed("not a JSON object");
+  const auto& o = v.as_object();
+  if (const auto* m = o.if_contains("model"); m != nullptr && m->is_string()) model = m->as_string();
+  const auto& data = field(o, "data", "response");
+  if (!data.is_array()) malformed("data is not an array");
+  if (data.as_array().size() != expected)
+    malformed(fmt::format("{} embeddings for {} inputs", data.as_array().size(), expected));
+  std::vector<std::vector<float>> rows(expected);
+  std::vector<bool> seen(expected, false);
+  std::size_t position = 0;
+  for (const auto& d : data.as_array()) {
+    if (!d.is_object()) malformed("a data item is not an object");
+    const auto& item = d.as_object();
+    std::size_t index = position++;
+    if (const auto* i = item.if_contains("index"); i != nullptr && !i->is_null()) {
+      if (!i->is_int64() || i->as_int64() < 0 || static_cast<std::size_t>(i->as_int64()) >= expected)
+        malformed(fmt::format("data[].index {} is not an input's index", json::serialize(*i)));
+      index = static_cast<std::size_t>(i->as_int64());
+    }
+    if (seen[index]) malformed(fmt::format("two embeddings for input {}", index));
+    seen[index] = true;
+    const auto& embedding = field(item, "embedding", "data[]");
+    if (!embedding.is_array())
+      malformed("data[].embedding is not an array of numbers (this client asks for encoding_format \"float\")");
+    auto& row = rows[index];
+    row.reserve(embedding.as_array().size());
+    for (const auto& x : embedding.as_array()) {
+      if (!x.is_number()) malformed("data[].embedding holds a non-number");
+      row.push_back(static_cast<float>(x.to_number<double>()));
+    }
+    if (row.empty()) malformed("an empty embedding");
+  }
+  // Every index was seen once, so every row is filled.
+  for (const auto& row : rows)
+    if (row.size() != rows[0].size())
+      malformed(fmt::format("embeddings of {} and {} dimensions in one answer", rows[0].size(), row.size()));
+  if (const auto* u = o.if_contains("usage"); u != nullptr && u->is_object()) {
+    auto count = [&](std::string_view key) -> std::int64_t {
+      const auto* x = u->as_object().if_contains(key);
+      return x != nullptr && x->is_number() ? static_cast<std::int64_t>(x->to_number<double>()) : 0;
+    };
+    usage.prompt_tokens += count("prompt_tokens");
+    usage.total_tokens += count("total_tokens");
+  }
+  return rows;
 }
 
 }  // namespace
@@ -364,6 +422,85 @@ OpenAiClient::~OpenAiClient() = default;
 SamplingResponse OpenAiClient::chat(const SamplingRequest& request) { return impl_->sample(request, true); }
 
 SamplingResponse OpenAiClient::complete(const SamplingRequest& request) { return impl_->sample(request, false); }
+
+EmbeddingsResponse OpenAiClient::embeddings(const std::string& model, const std::vector<std::string>& inputs,
+                                            std::size_t batch_size) {
+  if (model.empty()) throw core::InvalidArgument("embeddings: the model is empty");
+  if (batch_size == 0) throw core::InvalidArgument("embeddings: batch_size must be at least 1");
+  EmbeddingsResponse out;
+  if (inputs.empty()) return out;
+  const std::size_t batches = (inputs.size() + batch_size - 1) / batch_size;
+  struct Batch {
+    std::vector<std::vector<float>> rows;
+    TokenUsage usage;
+    std::string model;
+    int attempts = 0;
+  };
+  std::vector<Batch> done(batches);
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex error_mu;
+  std::exception_ptr error;
+  const Url url = impl_->endpoint("embeddings");
+  // Each worker takes the next batch until none is left or one has failed; the in-flight limit
+  // is the client's own (Slot), shared with whatever else this client is sending.
+  auto work = [&] {
+    while (!stop) {
+      const std::size_t b = next++;
+      if (b >= batches) return;
+      try {
+        const std::size_t begin = b * batch_size;
+        const std::size_t end = std::min(inputs.size(), begin + batch_size);
+        json::array input;
+        for (std::size_t i = begin; i < end; ++i) input.emplace_back(inputs[i]);
+        const std::string body = json::serialize(
+            json::object{{"model", model}, {"input", std::move(input)}, {"encoding_format", "float"}});
+        Batch& batch = done[b];
+        const HttpResponse r = impl_->send("POST", "embeddings", body, batch.attempts);
+        try {
+          batch.rows = parse_embeddings(r.body, end - begin, batch.usage, batch.model);
+        } catch (const core::Error& e) {
+          impl_->fail(fmt::format("POST {}: {}", url.str(), e.what()), r.status, "", batch.attempts);
+        }
+      } catch (...) {
+        std::lock_guard lock(error_mu);
+        if (!error) error = std::current_exception();
+        stop = true;
+      }
+    }
+  };
+  const std::size_t threads = std::min<std::size_t>(batches, static_cast<std::size_t>(impl_->config.max_in_flight));
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+    for (auto& t : pool) t.join();
+  }
+  if (error) std::rethrow_exception(error);
+
+  out.dimension = done[0].rows[0].size();
+  out.model = done[0].model;
+  out.requests = static_cast<int>(batches);
+  out.vectors.reserve(inputs.size() * out.dimension);
+  for (const Batch& batch : done) {
+    out.attempts += batch.attempts;
+    out.usage.prompt_tokens += batch.usage.prompt_tokens;
+    out.usage.total_tokens += batch.usage.total_tokens;
+    for (const auto& row : batch.rows) {
+      if (row.size() != out.dimension)
+        impl_->fail(fmt::format("POST {}: the server's embeddings have {} dimensions in one answer and {} in another",
+                                url.str(), out.dimension, row.size()),
+                    200, "", out.attempts);
+      out.vectors.insert(out.vectors.end(), row.begin(), row.end());
+    }
+  }
+  std::lock_guard lock(impl_->mu);
+  impl_->stats.usage.prompt_tokens += out.usage.prompt_tokens;
+  impl_->stats.usage.total_tokens += out.usage.total_tokens;
+  return out;
+}
 
 std::vector<std::string> OpenAiClient::models() {
   int attempts = 0;

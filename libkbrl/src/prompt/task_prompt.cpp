@@ -90,27 +90,7 @@ std::string_view dtype_name(core::Precision p) {
   return "float32";
 }
 
-// A fence longer than any backtick run in `code`, so that the code cannot close it early.
-std::string fence_for(std::string_view code) {
-  std::size_t longest = 0;
-  for (std::size_t i = 0; i < code.size();) {
-    std::size_t n = 0;
-    while (i + n < code.size() && code[i + n] == '`') ++n;
-    longest = std::max(longest, n);
-    i += n == 0 ? 1 : n;
-  }
-  return std::string(std::max<std::size_t>(3, longest + 1), '`');
-}
-
-std::string fenced_python(std::string_view code) {
-  const std::string fence = fence_for(code);
-  std::string out = fence + "python\n";
-  out += code;
-  if (!code.empty() && code.back() != '\n') out += '\n';
-  out += fence;
-  out += '\n';
-  return out;
-}
+std::string fenced_python(std::string_view code) { return detail::fenced(code, "python"); }
 
 void check_tolerance(std::optional<double> v, std::string_view field) {
   if (v && (!std::isfinite(*v) || *v < 0.0))
@@ -146,6 +126,7 @@ std::string user_prompt(const core::Problem& problem, const PromptOptions& optio
   const core::Tolerance tol = stated_tolerance(options);
 
   std::string out;
+  if (options.examples) out += retrieved_examples_section(options.examples->examples_for(problem)->examples);
   out += fmt::format(
       "# Task\n\n"
       "Below is a PyTorch program: a module `Model`, and the functions `get_inputs()` (the "

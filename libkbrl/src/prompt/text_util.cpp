@@ -145,4 +145,27 @@ std::string ascii_lower(std::string_view s) {
   return out;
 }
 
+std::string fence_for(std::string_view code) {
+  std::size_t longest = 0;
+  for (std::size_t i = 0; i < code.size();) {
+    std::size_t n = 0;
+    while (i + n < code.size() && code[i + n] == '`') ++n;
+    longest = std::max(longest, n);
+    i += n == 0 ? 1 : n;
+  }
+  return std::string(std::max<std::size_t>(3, longest + 1), '`');
+}
+
+std::string fenced(std::string_view code, std::string_view language) {
+  const std::string fence = fence_for(code);
+  std::string out = fence;
+  out += language;
+  out += '\n';
+  out += code;
+  if (!code.empty() && code.back() != '\n') out += '\n';
+  out += fence;
+  out += '\n';
+  return out;
+}
+
 }  // namespace kbrl::prompt::detail

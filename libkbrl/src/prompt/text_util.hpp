@@ -29,4 +29,10 @@ std::string json_quote(std::string_view s);
 
 std::string ascii_lower(std::string_view s);
 
+// A Markdown code fence longer than any backtick run in `code` (at least three backticks), so
+// that the code cannot close it early.
+std::string fence_for(std::string_view code);
+// `code` in such a fence with the info string `language`, ending in a line break.
+std::string fenced(std::string_view code, std::string_view language);
+
 }  // namespace kbrl::prompt::detail

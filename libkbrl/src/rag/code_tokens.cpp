@@ -173,8 +173,11 @@ CanonicalStreams canonical_streams(std::string_view source) {
   std::vector<char> skip(t.size(), 0);
   for (std::size_t i = 0; i < t.size();) {
     const std::size_t end = end_of_line(t, i);
-    if (is_import_line_start(t, i)) {
-      collect_imported_names(t, i, end, imported);
+    // Comment lines carry no newline token of their own: they open the logical line after them.
+    std::size_t first = i;
+    while (first < end && t[first].kind == PyTokenKind::comment) ++first;
+    if (first < end && is_import_line_start(t, first)) {
+      collect_imported_names(t, first, end, imported);
       std::fill(skip.begin() + static_cast<std::ptrdiff_t>(i), skip.begin() + static_cast<std::ptrdiff_t>(end), 1);
     } else if (is_string_statement(t, i, end)) {
       std::fill(skip.begin() + static_cast<std::ptrdiff_t>(i), skip.begin() + static_cast<std::ptrdiff_t>(end), 1);

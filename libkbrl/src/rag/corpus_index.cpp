@@ -10,92 +10,17 @@
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/file.hpp"
 #include "kbrl/rag/code_tokens.hpp"
+#include "index_file.hpp"
 
 namespace kbrl::rag {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'B', 'R', 'L', 'R', 'I', 'X', '1'};
+using detail::Reader;
+using detail::Writer;
+
 // The search terms' version: an index built with other terms would rank wrongly, so load refuses
 // it with "rebuild" rather than answer badly. Bump it when code_search_terms changes.
 constexpr std::uint32_t kTermsVersion = 1;
-constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 8 + 8;
-
-class Writer {
- public:
-  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
-  void u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
-  void f64(double v) {
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &v, sizeof bits);
-    u64(bits);
-  }
-  void str(std::string_view s) {
-    u64(s.size());
-    out_.append(s);
-  }
-  std::string& bytes() { return out_; }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  Reader(std::string_view bytes, const std::string& where) : s_(bytes), where_(where) {}
-  [[noreturn]] void fail(const std::string& what) const {
-    throw core::ConfigError(where_, "", fmt::format("corrupt retrieval index: {}", what));
-  }
-  void need(std::size_t n) const {
-    if (s_.size() - pos_ < n) fail("truncated");
-  }
-  std::uint8_t u8() {
-    need(1);
-    return static_cast<std::uint8_t>(s_[pos_++]);
-  }
-  std::uint32_t u32() {
-    need(4);
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= std::uint32_t{static_cast<unsigned char>(s_[pos_++])} << (8 * i);
-    return v;
-  }
-  std::uint64_t u64() {
-    need(8);
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(s_[pos_++])} << (8 * i);
-    return v;
-  }
-  double f64() {
-    const std::uint64_t bits = u64();
-    double v = 0;
-    std::memcpy(&v, &bits, sizeof v);
-    return v;
-  }
-  std::string str() {
-    const std::uint64_t n = u64();
-    if (n > s_.size() - pos_) fail("truncated string");
-    std::string v(s_.substr(pos_, n));
-    pos_ += n;
-    return v;
-  }
-  // A count of items of at least `min_item_bytes` each: bounded by what is left, so a corrupt
-  // count cannot make us allocate the moon.
-  std::size_t count(std::size_t min_item_bytes) {
-    const std::uint64_t n = u64();
-    if (n > (s_.size() - pos_) / std::max<std::size_t>(1, min_item_bytes)) fail("count larger than the file");
-    return static_cast<std::size_t>(n);
-  }
-  bool done() const { return pos_ == s_.size(); }
-
- private:
-  std::string_view s_;
-  std::size_t pos_ = 0;
-  const std::string& where_;
-};
 
 }  // namespace
 
@@ -152,17 +77,7 @@ std::string CorpusIndex::serialize() const {
   p.u32(kTermsVersion);
   p.f64(bm25_.params().k1);
   p.f64(bm25_.params().b);
-  p.u64(entries_.size());
-  for (const CorpusEntry& e : entries_) {
-    p.str(e.id);
-    p.str(e.source);
-    p.str(e.kernel);
-    p.str(e.language);
-    p.u8(e.speedup ? 1 : 0);
-    p.f64(e.speedup.value_or(0.0));
-    p.u32(static_cast<std::uint32_t>(e.level));
-    p.str(e.origin);
-  }
+  detail::write_entries(p, entries_);
   const auto& lengths = bm25_.document_lengths();
   p.u64(lengths.size());
   for (const std::uint32_t len : lengths) p.u32(len);
@@ -176,40 +91,13 @@ std::string CorpusIndex::serialize() const {
       p.u32(posting.frequency);
     }
   }
-  const std::string& payload = p.bytes();
-  Writer file;
-  file.bytes().append(kMagic, sizeof kMagic);
-  file.u32(kFormatVersion);
-  file.u32(0);
-  file.u64(payload.size());
-  file.u64(fnv1a64(payload));
-  file.bytes().append(payload);
-  return std::move(file.bytes());
+  return detail::frame_index_file(detail::kBm25Magic, kFormatVersion, p.bytes());
 }
 
 void CorpusIndex::save(const std::filesystem::path& path) const { core::write_file_atomically(path, serialize()); }
 
 CorpusIndex CorpusIndex::deserialize(std::string_view bytes, const std::string& where) {
-  if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-    throw core::ConfigError(where, "", "not a kbrl retrieval index (no KBRLRIX1 header): build one with kbrl-index build");
-  Reader h(bytes.substr(8, kHeaderSize - 8), where);
-  const std::uint32_t version = h.u32();
-  if (version != kFormatVersion)
-    throw core::ConfigError(where, "",
-                            fmt::format("retrieval index format version {}, this kbrl reads version {}: rebuild it "
-                                        "with kbrl-index build",
-                                        version, kFormatVersion));
-  (void)h.u32();
-  const std::uint64_t size = h.u64();
-  const std::uint64_t checksum = h.u64();
-  const std::string_view payload = bytes.substr(kHeaderSize);
-  if (payload.size() != size)
-    throw core::ConfigError(where, "",
-                            fmt::format("corrupt retrieval index: {} payload bytes, the header says {} (truncated?)",
-                                        payload.size(), size));
-  if (fnv1a64(payload) != checksum)
-    throw core::ConfigError(where, "", "corrupt retrieval index: checksum mismatch");
-
+  const std::string_view payload = detail::unframe_index_file(bytes, detail::kBm25Magic, kFormatVersion, where);
   Reader r(payload, where);
   const std::uint32_t terms_version = r.u32();
   if (terms_version != kTermsVersion)
@@ -221,21 +109,8 @@ CorpusIndex CorpusIndex::deserialize(std::string_view bytes, const std::string& 
   params.k1 = r.f64();
   params.b = r.f64();
   CorpusIndex index;
-  const std::size_t n = r.count(8 * 5 + 1 + 8 + 4);
-  index.entries_.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    CorpusEntry e;
-    e.id = r.str();
-    e.source = r.str();
-    e.kernel = r.str();
-    e.language = r.str();
-    const bool has_speedup = r.u8() != 0;
-    const double speedup = r.f64();
-    if (has_speedup) e.speedup = speedup;
-    e.level = static_cast<int>(r.u32());
-    e.origin = r.str();
-    index.entries_.push_back(std::move(e));
-  }
+  index.entries_ = detail::read_entries(r);
+  const std::size_t n = index.entries_.size();
   const std::size_t docs = r.count(4);
   if (docs != n) r.fail(fmt::format("{} entries but {} indexed documents", n, docs));
   std::vector<std::uint32_t> lengths(docs);

@@ -59,6 +59,10 @@ std::vector<double> correct_speedups(const std::vector<core::TrajectoryGroup>& g
 void add_rollout_metrics(boost::json::object& m, const std::vector<core::TrajectoryGroup>& groups, bool multi_turn) {
   std::vector<double> format, compiled, correct, cheat, turns, success, prompt_tokens, completion_tokens, completed,
       best_trials;
+  // retrieval/<name>: one value per episode whose first prompt had retrieved examples.
+  static constexpr std::array<const char*, 5> kRetrieval{"examples", "excluded_exact", "excluded_near", "dropped",
+                                                         "tokens"};
+  std::array<std::vector<double>, kRetrieval.size()> retrieval;
   std::map<std::size_t, std::vector<double>> turn_correct, turn_compiled;
   // Per level: format, compile, correct.
   std::map<int, std::array<std::vector<double>, 3>> by_level;
@@ -66,6 +70,11 @@ void add_rollout_metrics(boost::json::object& m, const std::vector<core::Traject
     for (const auto& traj : g.trajectories) {
       bool solved = false;
       double best = 0.0;  // the largest fraction of correctness trials any turn passed
+      if (!traj.transitions.empty())
+        for (std::size_t i = 0; i < kRetrieval.size(); ++i)
+          if (const auto it = traj.transitions[0].metrics.find(fmt::format("retrieval/{}", kRetrieval[i]));
+              it != traj.transitions[0].metrics.end())
+            retrieval[i].push_back(it->second);
       for (std::size_t t = 0; t < traj.transitions.size(); ++t) {
         const auto& tr = traj.transitions[t];
         const auto& e = eval_of(tr);
@@ -116,10 +125,31 @@ void add_rollout_metrics(boost::json::object& m, const std::vector<core::Traject
     for (const auto& [t, v] : turn_correct) m[fmt::format("multiturn/turn_{}/correct_rate", t + 1)] = mean_of(v);
     for (const auto& [t, v] : turn_compiled) m[fmt::format("multiturn/turn_{}/compile_rate", t + 1)] = mean_of(v);
   }
+  for (std::size_t i = 0; i < kRetrieval.size(); ++i)
+    if (!retrieval[i].empty()) m[fmt::format("retrieval/{}", kRetrieval[i])] = mean_of(retrieval[i]);
   m["sampling/completed_fraction"] = mean_of(completed);
   m["tokens/prompt"] = std::accumulate(prompt_tokens.begin(), prompt_tokens.end(), 0.0);
   m["tokens/completion"] = std::accumulate(completion_tokens.begin(), completion_tokens.end(), 0.0);
   m["tokens/completion_mean"] = mean_of(completion_tokens);
+}
+
+std::vector<std::string> retrieval_notes(const std::vector<core::TrajectoryGroup>& groups, std::set<std::string>& noted) {
+  std::vector<std::string> out;
+  for (const auto& g : groups) {
+    if (g.trajectories.empty() || g.trajectories[0].transitions.empty() || noted.count(g.problem_id) != 0) continue;
+    const auto& m = g.trajectories[0].transitions[0].metrics;
+    const auto value = [&](const char* name) {
+      const auto it = m.find(fmt::format("retrieval/{}", name));
+      return it == m.end() ? -1.0 : it->second;
+    };
+    if (value("examples") < 0) continue;
+    noted.insert(g.problem_id);
+    out.push_back(fmt::format("retrieval for {}: {:g} examples in the prompt ({:g} tokens), {:g} left out over the "
+                              "token limits; leaks excluded: {:g} exact, {:g} near",
+                              g.problem_id, value("examples"), value("tokens"), value("dropped"),
+                              value("excluded_exact"), value("excluded_near")));
+  }
+  return out;
 }
 
 void add_held_out_metrics(boost::json::object& m, const std::vector<core::TrajectoryGroup>& groups) {

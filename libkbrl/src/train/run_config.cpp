@@ -16,6 +16,7 @@
 #include "kbrl/core/file.hpp"
 #include "kbrl/dataset/load.hpp"
 #include "kbrl/prompt/chat_renderer.hpp"
+#include "kbrl/rag/corpus.hpp"
 
 namespace kbrl::train {
 
@@ -259,7 +260,7 @@ const std::vector<Entry>& schema() {
     e.push_back(field("lora.rslora", &R::lora, &LoraSection::rslora, "rank-stabilized scaling"));
     e.push_back(field("lora.target_modules", &R::lora, &LoraSection::target_modules, "projections that get adapters",
                       Check<std::vector<std::string>>([](const std::vector<std::string>& v) { return v.empty() ? std::string("must name at least one module") : std::string(); })));
-    e.push_back(field("lora.init_adapter", &R::lora, &LoraSection::init_adapter, "start from this PEFT adapter folder instead of fresh adapters"));
+    e.push_back(field("lora.init_adapter", &R::lora, &LoraSection::init_adapter, "start from this PEFT adapter folder, or a run directory's last checkpointed adapter (an SFT run), instead of fresh adapters; its own rank, alpha and targets apply"));
     e.push_back(field("dataset.problems", &R::dataset, &DatasetSection::problems, "a KernelBench checkout, a folder of problems or a JSONL file (empty: $KERNELBENCH_ROOT, else a KernelBench/ or kernelbench/ checkout in the working directory or beside log_path)"));
     e.push_back(field("dataset.levels", &R::dataset, &DatasetSection::levels, "KernelBench levels to keep (empty: all)"));
     e.push_back(field("dataset.include", &R::dataset, &DatasetSection::include,
@@ -278,6 +279,38 @@ const std::vector<Entry>& schema() {
     e.push_back(field("prompt.one_shot", &R::prompt, &PromptSection::one_shot, "include the worked example"));
     e.push_back(field("prompt.thinking", &R::prompt, &PromptSection::thinking, "ask for reasoning inside <think> first"));
     e.push_back(field("prompt.hardware", &R::prompt, &PromptSection::hardware, "a note on the target GPU for the prompt (empty: none)"));
+    // prompt.retrieval.*: rag::RetrievalPromptConfig, which owns the defaults and the checks
+    // (kbrl-eval's --retrieval-* flags fill the same struct).
+    const auto retrieval = [&e](std::string name, auto ref, std::string doc, auto check) {
+      using T = std::remove_reference_t<decltype(ref(std::declval<RunConfig&>()))>;
+      e.push_back(make_entry<T>("prompt.retrieval." + std::move(name), std::function<T&(RunConfig&)>(ref), std::move(doc),
+                                Check<T>(check)));
+    };
+    retrieval("index", [](R& c) -> std::string& { return c.prompt.retrieval.index; },
+              "an index file written by kbrl-index build: similar solved examples go before the task (empty: none; "
+              "docs/retrieval.md)",
+              Check<std::string>());
+    retrieval("k", [](R& c) -> int& { return c.prompt.retrieval.k; }, "examples asked of the index per problem",
+              at_least(0));
+    retrieval("language", [](R& c) -> std::string& { return c.prompt.retrieval.language; },
+              "corpus language of the examples (empty: prompt.language; any: every language)", Check<std::string>());
+    retrieval("max_example_chars", [](R& c) -> int& { return c.prompt.retrieval.max_example_chars; },
+              "each side of an example (PyTorch program, kernel) is cut to this many characters (0: no limit)",
+              at_least(0));
+    retrieval("max_example_tokens", [](R& c) -> int& { return c.prompt.retrieval.max_example_tokens; },
+              "an example over this many tokens is cut further, or left out (0: no limit)", at_least(0));
+    retrieval("token_budget", [](R& c) -> int& { return c.prompt.retrieval.token_budget; },
+              "tokens of the whole examples section at most, counted with the policy's tokenizer: examples that do "
+              "not fit are left out whole",
+              at_least(0));
+    retrieval("leakage_filter", [](R& c) -> bool& { return c.prompt.retrieval.leakage.enabled; },
+              "leave out examples whose PyTorch side is the problem's (exact or near copies); off only to inspect",
+              Check<bool>());
+    retrieval("near_threshold", [](R& c) -> double& { return c.prompt.retrieval.leakage.near_threshold; },
+              "a near copy has the problem's operations and a shingle Jaccard similarity of at least this",
+              Check<double>([](const double& v) { return v > 0 && v <= 1 ? std::string() : fmt::format("{} is outside (0, 1]", v); }));
+    retrieval("shingle_size", [](R& c) -> int& { return c.prompt.retrieval.leakage.shingle_size; },
+              "tokens per shingle of the near-copy check", at_least(1));
     e.push_back(field("sampling.max_tokens", &R::sampling, &SamplingSection::max_tokens, "tokens per answer at most", at_least(1)));
     e.push_back(field("sampling.temperature", &R::sampling, &SamplingSection::temperature, "sampling temperature (0: greedy)", non_negative()));
     e.push_back(field("sampling.top_p", &R::sampling, &SamplingSection::top_p, "nucleus sampling (1: off)",
@@ -306,6 +339,9 @@ const std::vector<Entry>& schema() {
     e.push_back(field("env.error_excerpt_chars", &R::env, &EnvSection::error_excerpt_chars, "error excerpts in feedback are cut to this length", at_least(100)));
     e.push_back(field("env.keep_thinking", &R::env, &EnvSection::keep_thinking, "earlier answers keep their <think> block in later prompts (the seeds' flow); false: it is removed"));
     e.push_back(field("env.thinking_excerpt_chars", &R::env, &EnvSection::thinking_excerpt_chars, "with keep_thinking, earlier thinking is cut to this length (head and tail)", at_least(100)));
+    e.push_back(field("train.mode", &R::train, &TrainSection::mode,
+                      "grpo (reinforcement learning on the problems) or sft (supervised fine-tuning on sft.data; docs/training-runs.md)",
+                      one_of({"grpo", "sft"})));
     e.push_back(field("train.loss", &R::train, &TrainSection::loss, "policy loss", one_of({"importance_sampling", "ppo", "cispo", "cross_entropy"})));
     e.push_back(field("train.clip_low", &R::train, &TrainSection::clip_low, "lower bound on the ratio p/q (ppo, cispo)", positive()));
     e.push_back(field("train.clip_high", &R::train, &TrainSection::clip_high, "upper bound on the ratio p/q (ppo, cispo)", positive()));
@@ -326,6 +362,40 @@ const std::vector<Entry>& schema() {
                       "0: synchronous steps; k >= 1: batch s is sampled from the weights after step s - k while earlier "
                       "batches are evaluated and trained (docs/training-runs.md)",
                       at_least(0)));
+    std::vector<std::string> presets = rag::corpus_preset_names();
+    presets.insert(presets.begin(), "");
+    e.push_back(field("sft.data", &R::sft, &SftSection::data, "sft: files of examples, JSONL or CSV (docs/training-runs.md, \"Supervised warm start\")"));
+    e.push_back(field("sft.format", &R::sft, &SftSection::format,
+                      "corpus (PyTorch program -> kernel pairs, asked as RL asks and answered in the <KERNEL> format), "
+                      "prompt_answer (a prompt and its answer, verbatim) or messages (chat messages, the last one the answer)",
+                      one_of({"corpus", "prompt_answer", "messages"})));
+    e.push_back(field("sft.preset", &R::sft, &SftSection::preset, "corpus: kernelbook or sakana, the field mapping of that export (docs/retrieval.md)",
+                      one_of(presets)));
+    e.push_back(field("sft.source_field", &R::sft, &SftSection::source_field, "corpus: the PyTorch program's field (empty: the preset's, else source)"));
+    e.push_back(field("sft.kernel_field", &R::sft, &SftSection::kernel_field, "corpus: the answer program's field (empty: the preset's, else kernel)"));
+    e.push_back(field("sft.id_fields", &R::sft, &SftSection::id_fields, "corpus: fields joined with / into an example's id (empty: the preset's, else <file>:<line>)"));
+    e.push_back(field("sft.language", &R::sft, &SftSection::language,
+                      "corpus: the kernel language of the files' rows (empty: the preset's, else prompt.language); rows of another language than prompt.language are left out"));
+    e.push_back(field("sft.language_field", &R::sft, &SftSection::language_field, "corpus: a field holding each row's language (empty: the preset's, else none)"));
+    e.push_back(field("sft.correct_field", &R::sft, &SftSection::correct_field, "corpus: keep only rows this field marks correct (empty: the preset's, else every row)"));
+    e.push_back(field("sft.level_field", &R::sft, &SftSection::level_field, "corpus: a field holding each row's KernelBench level (empty: the preset's, else none)"));
+    e.push_back(field("sft.levels", &R::sft, &SftSection::levels, "corpus: keep rows of these levels (empty: all; needs a level field)"));
+    e.push_back(field("sft.prompt_field", &R::sft, &SftSection::prompt_field, "prompt_answer: the prompt's field"));
+    e.push_back(field("sft.answer_field", &R::sft, &SftSection::answer_field, "prompt_answer: the answer's field"));
+    e.push_back(field("sft.heldout_data", &R::sft, &SftSection::heldout_data, "files of held-out examples in sft.format (empty: hold out sft.heldout_fraction of sft.data)"));
+    e.push_back(field("sft.heldout_fraction", &R::sft, &SftSection::heldout_fraction,
+                      "share of sft.data's problems (corpus) or prompts held out for sft/heldout_loss, by a seeded hash", in_range(0, 1, true)));
+    e.push_back(field("sft.batch_size", &R::sft, &SftSection::batch_size, "examples per optimizer step (micro-batched by train.micro_batch_tokens)", at_least(1)));
+    e.push_back(field("sft.num_epochs", &R::sft, &SftSection::num_epochs, "passes over the training examples", at_least(1)));
+    e.push_back(field("sft.max_steps", &R::sft, &SftSection::max_steps, "steps to run (0: num_epochs worth)", at_least(0)));
+    e.push_back(field("sft.shuffle", &R::sft, &SftSection::shuffle, "a seeded shuffle per epoch"));
+    e.push_back(field("sft.max_tokens", &R::sft, &SftSection::max_tokens, "prompt + answer tokens of an example at most", at_least(2)));
+    e.push_back(field("sft.overlong", &R::sft, &SftSection::overlong, "a longer example: skip (left out, counted) or truncate (its answer's end cut)",
+                      one_of({"skip", "truncate"})));
+    e.push_back(field("sft.learning_rate", &R::sft, &SftSection::learning_rate, "AdamW learning rate of sft (0: train.learning_rate)", non_negative()));
+    e.push_back(field("sft.lr_schedule", &R::sft, &SftSection::lr_schedule, "constant, linear or cosine (decaying toward 0 over the run's steps, after the warmup)",
+                      one_of({"constant", "linear", "cosine"})));
+    e.push_back(field("sft.warmup_steps", &R::sft, &SftSection::warmup_steps, "steps of linear warmup from 0", at_least(0)));
     return e;
   }();
   return entries;
@@ -537,6 +607,42 @@ void set_path(YAML::Node root, const std::string& path, const YAML::Node& value,
   cur[parts.back()] = value;
 }
 
+// train.mode=sft: what the sft section must say before anything loads (the files themselves are
+// read by train/sft_data.hpp, whose errors name them).
+void check_sft_section(const SftSection& s, const std::string& where) {
+  if (s.data.empty())
+    throw core::ConfigError(where, "sft.data",
+                            "train.mode=sft needs the files of examples: sft.data=[file.jsonl, ...] (JSONL or CSV)");
+  const bool corpus = s.format == "corpus";
+  const std::pair<const char*, bool> corpus_only[] = {
+      {"sft.preset", !s.preset.empty()},           {"sft.source_field", !s.source_field.empty()},
+      {"sft.kernel_field", !s.kernel_field.empty()}, {"sft.id_fields", !s.id_fields.empty()},
+      {"sft.language", !s.language.empty()},       {"sft.language_field", !s.language_field.empty()},
+      {"sft.correct_field", !s.correct_field.empty()}, {"sft.level_field", !s.level_field.empty()},
+      {"sft.levels", !s.levels.empty()}};
+  if (!corpus)
+    for (const auto& [key, set] : corpus_only)
+      if (set) throw core::ConfigError(where, key, fmt::format("is read only with sft.format=corpus (this run: {})", s.format));
+  if (s.format != "prompt_answer") {
+    const SftSection defaults;
+    if (s.prompt_field != defaults.prompt_field || s.answer_field != defaults.answer_field)
+      throw core::ConfigError(where, s.prompt_field != defaults.prompt_field ? "sft.prompt_field" : "sft.answer_field",
+                              fmt::format("is read only with sft.format=prompt_answer (this run: {})", s.format));
+  }
+  if (s.prompt_field.empty() || s.answer_field.empty())
+    throw core::ConfigError(where, s.prompt_field.empty() ? "sft.prompt_field" : "sft.answer_field", "must not be empty");
+  if (corpus && !s.levels.empty() && s.level_field.empty() &&
+      (s.preset.empty() || rag::corpus_preset(s.preset).level_field.empty()))
+    throw core::ConfigError(where, "sft.levels", "needs a level field: set sft.level_field (or a preset that has one)");
+  if (corpus && !s.language.empty()) {
+    try {
+      core::parse_kernel_language(s.language);
+    } catch (const core::InvalidArgument& e) {
+      throw core::ConfigError(where, "sft.language", e.what());
+    }
+  }
+}
+
 }  // namespace
 
 RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector<std::string>& overrides,
@@ -593,6 +699,9 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
   if ((c.prompt.language == "cuda" && device != "cuda") || (c.prompt.language == "hip" && device != "hip"))
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
                             fmt::format("{} kernels need evaluator.device={}", c.prompt.language, c.prompt.language));
+  // Retrieval: the checks that span fields (k = 0 or a budget of 0 with an index) and the index file.
+  if (const auto problem = rag::check_retrieval_config(c.prompt.retrieval))
+    throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.retrieval." + problem->field, problem->message);
   // The episode shaping of multi-turn returns would be read by no one in a single-turn run.
   const auto& mt = c.reward.multi_turn;
   if (!c.env.multi_turn && (mt.success_bonus != 0.0 || mt.failure_penalty != 0.0 || mt.normalize_returns))
@@ -605,6 +714,7 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
   if (c.sampling.backend != "openai" && !c.sampling.endpoint.empty())
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "sampling.endpoint",
                             "is read only with sampling.backend=openai");
+  if (c.train.mode == "sft") check_sft_section(c.sft, src.file.empty() ? "config" : src.file);
   // evaluator.static_check_config is read now (an error names that file), not after the model has
   // loaded.
   if (!c.evaluator.static_check_config.empty()) eval::local_evaluator_config(c.evaluator);

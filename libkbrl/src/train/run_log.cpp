@@ -37,8 +37,27 @@ CheckpointRecord checkpoint_paths(std::int64_t step) {
   return c;
 }
 
+fs::path resolve_init_adapter(const fs::path& path) {
+  if (fs::is_regular_file(path / "adapter_config.json")) return path;
+  if (fs::is_regular_file(path / "checkpoints.jsonl")) {
+    const auto last = read_last_checkpoint(path);
+    if (!last || last->adapter.empty())
+      throw core::ConfigError((path / "checkpoints.jsonl").string(), "lora.init_adapter",
+                              "the run has no checkpointed adapter yet");
+    const fs::path adapter = path / last->adapter;
+    if (!fs::is_regular_file(adapter / "adapter_config.json"))
+      throw core::ConfigError(adapter.string(), "lora.init_adapter",
+                              "the run's last checkpoint names this adapter folder, which has no adapter_config.json");
+    return adapter;
+  }
+  throw core::ConfigError(path.string(), "lora.init_adapter",
+                          fs::exists(path) ? "is neither a PEFT adapter folder (adapter_config.json) nor a run directory "
+                                             "(checkpoints.jsonl)"
+                                           : "no such folder (a PEFT adapter folder or a run directory)");
+}
+
 RunLog::RunLog(const RunConfig& config, std::FILE* progress)
-    : path_(config.log_path), progress_(progress != nullptr ? progress : stderr) {
+    : path_(config.log_path), progress_(progress != nullptr ? progress : stderr), supervised_(config.train.mode == "sft") {
   fs::create_directories(path_);
   lock_ = std::make_unique<log::RunLock>(path_);
   write_resolved(config, path_ / "config.yaml");
@@ -134,6 +153,11 @@ void RunLog::write_traces(std::int64_t step, const std::vector<core::TrajectoryG
   traces_->flush();
 }
 
+void RunLog::write_traces(const std::vector<boost::json::object>& lines) {
+  for (const auto& o : lines) traces_->write(o);
+  traces_->flush();
+}
+
 void RunLog::write_metrics(const boost::json::object& m, const std::vector<double>& rewards,
                            const std::vector<double>& advantages, const std::vector<double>& speedups) {
   metrics_->write(m);
@@ -155,12 +179,23 @@ void RunLog::write_progress_line(const boost::json::object& m) {
   step_seconds_.push_back(step_s);
   const double mean_step =
       std::accumulate(step_seconds_.begin(), step_seconds_.end(), 0.0) / static_cast<double>(step_seconds_.size());
+  const std::string eta = log::Progress::format_duration(mean_step * static_cast<double>(total_steps_ - step - 1));
+  if (supervised_) {
+    const auto* held_out = m.if_contains("sft/heldout_loss");
+    note(fmt::format("step {}/{} done in {:.1f}s (train {:.1f}s, save {:.1f}s): loss {:.4f}{}; ETA {}", step + 1,
+                     total_steps_, step_s, number_or_zero(m, "time/train"), number_or_zero(m, "time/save"),
+                     number_or_zero(m, "sft/loss"),
+                     held_out != nullptr && held_out->is_number()
+                         ? fmt::format(", held-out loss {:.4f}", held_out->to_number<double>())
+                         : std::string(),
+                     eta));
+    return;
+  }
   note(fmt::format("step {}/{} done in {:.1f}s (sample {:.1f}s, eval wait {:.1f}s, train {:.1f}s, save {:.1f}s): "
                    "reward {:.3f}, correct {:.0f}%; ETA {}",
                    step + 1, total_steps_, step_s, number_or_zero(m, "time/sample"), number_or_zero(m, "time/eval_wait"),
                    number_or_zero(m, "time/train"), number_or_zero(m, "time/save"), number_or_zero(m, "reward/mean"),
-                   100.0 * number_or_zero(m, "kernel/correct_rate"),
-                   log::Progress::format_duration(mean_step * static_cast<double>(total_steps_ - step - 1))));
+                   100.0 * number_or_zero(m, "kernel/correct_rate"), eta));
 }
 
 void RunLog::write_checkpoint(const CheckpointRecord& c) {

@@ -5,6 +5,7 @@
 #include <kbrl/eval/scripted_evaluator.hpp>
 #include <kbrl/net/http_client.hpp>
 #include <kbrl/net/http_server.hpp>
+#include <kbrl/rag/dense_index.hpp>
 #include <kbrl/tokenizer/tokenizer.hpp>
 
 #include <iostream>
@@ -53,6 +54,18 @@ int main() {
   const auto pong = client.request(kbrl::net::Url::parse("http://127.0.0.1:" + std::to_string(server.port()) + "/"),
                                    "POST", {}, "ping");
   if (pong.status != 200 || pong.body != "pong ping") return 1;
+  // FAISS (static on Debian, with OpenMP, BLAS and LAPACK), linked privately where libkbrl was
+  // built with it: a dense index of two vectors proves that the installed package brings it along.
+  if (kbrl::rag::dense_retrieval_available()) {
+    std::vector<kbrl::rag::CorpusEntry> entries(2);
+    entries[0].id = "a";
+    entries[1].id = "b";
+    const auto index = kbrl::rag::DenseIndex::from_embeddings(entries, {"given", 2}, {1, 0, 0, 1});
+    kbrl::rag::SearchOptions options;
+    options.leakage.enabled = false;
+    const auto found = index.search_embedding(std::vector<float>{0.1f, 1.0f}, "", options);
+    if (found.hits.size() != 2 || index.entries()[found.hits[0].entry].id != "b") return 1;
+  }
   std::cout << "kbrl consumer ok " << back.content_hash.substr(0, 12) << "\n";
   return 0;
 }

@@ -35,7 +35,8 @@ struct StepResult {
   bool done = false;
   std::optional<Observation> next;  // the feedback turn's conversation, when !done
   // kernel/format_ok, kernel/compiled, kernel/correct, kernel/cheat (0/1), kernel/speedup (when
-  // correct), turn (1-based).
+  // correct), turn (1-based); on the first turn of a prompt with retrieved examples also
+  // retrieval/examples, excluded_exact, excluded_near, dropped and tokens (prompt::RetrievedExamples).
   std::map<std::string, double> metrics;
 };
 

@@ -1,6 +1,7 @@
 // A client of the OpenAI-compatible HTTP API (OpenAI, vLLM, SGLang and the other servers that speak
-// it): chat completions, completions and the model list, with n samples, temperature, top-p, max
-// tokens, stop sequences, a seed and per-token log-probabilities where the server returns them.
+// it): chat completions, completions, embeddings and the model list, with n samples, temperature,
+// top-p, max tokens, stop sequences, a seed and per-token log-probabilities where the server
+// returns them.
 //
 // Failures are retried as a shared, rate-limited server expects: a 429, a 5xx, a refused or
 // dropped connection and a timed-out attempt are tried again after an exponential back-off with
@@ -12,6 +13,7 @@
 // Authorization header and appears in no message, log or file.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -80,6 +82,16 @@ struct SamplingResponse {
   int attempts = 1;  // how many times the request was sent
 };
 
+// Embeddings of several inputs (OpenAiClient::embeddings), in input order.
+struct EmbeddingsResponse {
+  std::string model;
+  std::size_t dimension = 0;    // floats per input (0 when there were no inputs)
+  std::vector<float> vectors;   // inputs x dimension, row-major, as the server sent them
+  TokenUsage usage;             // summed over the requests (completion_tokens 0)
+  int requests = 0;             // POSTs made (one per batch)
+  int attempts = 0;             // times they were sent, retries included
+};
+
 // A request that failed for good: the HTTP status (0 for a transport failure), the server's error
 // type where it gave one, and how many times it was sent.
 struct OpenAiError : core::Error {
@@ -103,6 +115,14 @@ class OpenAiClient {
   // Blocking and thread-safe; throws OpenAiError.
   SamplingResponse chat(const SamplingRequest& request);
   SamplingResponse complete(const SamplingRequest& request);
+  // POST <base>/embeddings {"model", "input": [texts], "encoding_format": "float"}, `batch_size`
+  // inputs per request; the batches are sent from up to max_in_flight threads at once and the
+  // rows put back in input order. Blocking and thread-safe. Throws OpenAiError for the first batch
+  // that fails for good (no batch is sent after it) or an answer that is not one embedding of one
+  // size per input, core::InvalidArgument for an empty model or a batch size of 0. No inputs: no
+  // request, an empty response.
+  EmbeddingsResponse embeddings(const std::string& model, const std::vector<std::string>& inputs,
+                                std::size_t batch_size = 64);
   // GET <base>/models: the ids the server serves.
   std::vector<std::string> models();
   // POST <base>/load_lora_adapter {"lora_name", "lora_path"} and <base>/unload_lora_adapter

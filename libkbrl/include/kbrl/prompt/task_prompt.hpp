@@ -4,12 +4,14 @@
 // example, the reference program and the answer format. docs/prompts.md shows the anatomy.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kbrl/core/types.hpp"
+#include "kbrl/prompt/retrieved_examples.hpp"
 
 namespace kbrl::prompt {
 
@@ -25,6 +27,9 @@ struct PromptOptions {
   std::optional<double> atol;
   std::optional<double> rtol;
   std::optional<std::string> system_prompt;  // replaces the built-in system prompt
+  // Retrieved examples (retrieved_examples.hpp): when set, the user prompt opens with the
+  // problem's examples, before the task, as the seeds' RA-ICL prompts do. Null: none.
+  std::shared_ptr<const ExampleProvider> examples;
 };
 
 // A small reference program and a correct answer for it in one kernel language: the answer

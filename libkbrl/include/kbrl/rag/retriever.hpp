@@ -2,6 +2,8 @@
 // embeddings): the examples closest to a problem, leaks of that problem left out and counted.
 #pragma once
 
+#include <filesystem>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -21,5 +23,10 @@ class Retriever {
   // What SearchHit::entry indexes.
   virtual const std::vector<CorpusEntry>& entries() const noexcept = 0;
 };
+
+// The index file `path` as a Retriever, whichever kind `kbrl-index build` wrote (today BM25:
+// CorpusIndex). The one place that knows the kinds: a new index kind is added here. Throws
+// core::ConfigError naming the file when it is missing, of no known kind, or unreadable.
+std::unique_ptr<Retriever> load_retriever(const std::filesystem::path& path);
 
 }  // namespace kbrl::rag

@@ -13,6 +13,7 @@
 
 #include "kbrl/dataset/filter.hpp"
 #include "kbrl/eval/settings.hpp"
+#include "kbrl/rag/retrieval_prompt.hpp"
 #include "kbrl/reward/config.hpp"
 
 namespace kbrl::train {
@@ -49,6 +50,9 @@ struct PromptSection {
   bool one_shot = true;
   bool thinking = true;
   std::string hardware;
+  // Retrieved examples before the task (prompt.retrieval.*; docs/retrieval.md, "Prompts"): on
+  // when retrieval.index names an index file.
+  rag::RetrievalPromptConfig retrieval;
 };
 struct SamplingSection {
   int max_tokens = 4096;
@@ -78,6 +82,10 @@ struct EnvSection {
   int thinking_excerpt_chars = 2000;
 };
 struct TrainSection {
+  // "grpo": reinforcement learning on the problems with the evaluator (run_rl_loop); "sft":
+  // supervised fine-tuning on the prompt/answer pairs of sft.* (run_sft_loop, docs/training-runs.md,
+  // "Supervised warm start").
+  std::string mode = "grpo";
   std::string loss = "importance_sampling";
   double clip_low = 0.8;  // ratio bounds for ppo and cispo
   double clip_high = 1.2;
@@ -94,6 +102,40 @@ struct TrainSection {
   int max_steps_off_policy = 0;
 };
 
+// train.mode=sft: the supervised examples and their schedule (train/sft_data.hpp). The optimizer
+// (AdamW's betas, eps, weight decay, gradient clipping) and the micro-batching are train.*'s.
+struct SftSection {
+  std::vector<std::string> data;  // files of examples: JSONL (.jsonl, .ndjson, .json) or CSV
+  // corpus: PyTorch program -> kernel pairs (rag's corpus reader), asked as RL asks a problem and
+  // answered in the <KERNEL> format; prompt_answer: a user prompt and its answer, verbatim;
+  // messages: JSONL {"messages": [{"role", "content"}, ...]}, the last one the assistant's answer.
+  std::string format = "corpus";
+  // corpus: the field mapping (rag::CorpusSpec). Empty: the preset's, else source / kernel, ids
+  // "<file>:<line>", every row of the language below.
+  std::string preset;  // kernelbook | sakana (empty: none)
+  std::string source_field;
+  std::string kernel_field;
+  std::vector<std::string> id_fields;
+  std::string language;  // the files' kernel language (empty: the preset's, else prompt.language)
+  std::string language_field;
+  std::string correct_field;
+  std::string level_field;
+  std::vector<int> levels;  // keep these levels (empty: all)
+  std::string prompt_field = "prompt";  // prompt_answer
+  std::string answer_field = "answer";
+  std::vector<std::string> heldout_data;  // held-out files (the same format); empty: a share of data
+  double heldout_fraction = 0.1;          // share of the problems (prompts) held out when heldout_data is empty
+  int batch_size = 8;                     // examples per optimizer step
+  int num_epochs = 1;
+  int max_steps = 0;  // 0: num_epochs worth
+  bool shuffle = true;
+  int max_tokens = 8192;          // prompt + answer tokens at most
+  std::string overlong = "skip";  // skip | truncate (the answer's end is cut)
+  double learning_rate = 0;       // 0: train.learning_rate
+  std::string lr_schedule = "constant";  // constant | linear | cosine (to 0 at the last step)
+  int warmup_steps = 0;                  // linear warmup from 0 over these steps
+};
+
 struct RunConfig {
   std::string log_path;
   std::uint64_t seed = 0;
@@ -106,6 +148,7 @@ struct RunConfig {
   eval::EvaluatorSettings evaluator = eval::default_evaluator_settings(eval::SettingsProfile::training);
   EnvSection env;
   TrainSection train;
+  SftSection sft;
   reward::RewardConfig reward = reward::RewardConfig::preset("default");
   int eval_every = 0;  // steps between held-out evaluations; 0: none
   int save_every = 1;  // steps between checkpoints (the last step and a stop always save)

@@ -44,6 +44,11 @@ std::optional<CheckpointRecord> read_last_checkpoint(const std::filesystem::path
 // Where the checkpoint of `step` goes: checkpoints/step_<step + 1, six digits>/{state,adapter}.
 CheckpointRecord checkpoint_paths(std::int64_t step);
 
+// lora.init_adapter as a folder to load: a PEFT adapter folder (adapter_config.json) as it is, or
+// a run directory's (checkpoints.jsonl) last checkpointed adapter, so that an RL run can start
+// from a supervised run by naming it. Throws core::ConfigError naming lora.init_adapter otherwise.
+std::filesystem::path resolve_init_adapter(const std::filesystem::path& path);
+
 class RunLog {
  public:
   // Creates config.log_path, takes its lock (another live process on it: core::Error naming
@@ -67,12 +72,16 @@ class RunLog {
   // in TrainingData (a missing one is written as 0).
   void write_traces(std::int64_t step, const std::vector<core::TrajectoryGroup>& groups,
                     const std::vector<std::vector<std::vector<double>>>& advantages);
+  // Trace lines of another kind (a supervised step's examples); each must carry "step".
+  void write_traces(const std::vector<boost::json::object>& lines);
   // The step's metrics line (it must carry "step"), then every number in it as a TensorBoard
   // scalar at step + 1, and the histograms of the lists that are not empty.
   void write_metrics(const boost::json::object& metrics, const std::vector<double>& rewards,
                      const std::vector<double>& advantages, const std::vector<double>& speedups);
   // "step 3/10 done in 4.2s (sample ..., eval wait ..., train ..., save ...): reward ..., correct
   // ..%; ETA ..." from the metrics' time/*, reward/mean and kernel/correct_rate; through note().
+  // A supervised run (train.mode=sft): "step 3/10 done in 0.4s (train ..., save ...): loss ...,
+  // held-out loss ...; ETA ..." from time/*, sft/loss and sft/heldout_loss.
   void write_progress_line(const boost::json::object& metrics);
   // One line for the console (the progress stream) and for <run>/logs.log, which keeps every such
   // line with its UTC time: what the console showed, without the progress bars' redraws.
@@ -92,6 +101,7 @@ class RunLog {
   std::unique_ptr<log::TensorBoardWriter> tb_;
   std::int64_t total_steps_ = 0;
   std::vector<double> step_seconds_;
+  bool supervised_ = false;  // train.mode=sft
 };
 
 }  // namespace kbrl::train

@@ -35,6 +35,7 @@ Policy::Policy(PolicyOptions options) : options_(std::move(options)) {
   load.device = resolve_device(options_.device);
   dtype_ = resolve_dtype(options_.dtype, load.device);
   load.dtype = dtype_ == "bf16" ? at::kBFloat16 : at::kFloat;
+  load.attention = options_.attention;
   tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(options_.model / "tokenizer.json"));
   renderer_ = tokenizer::chat_renderer_for(options_.chat_template, *tokenizer_, options_.model);
   for (const auto id : tokenizer::checkpoint_stop_ids(options_.model, *tokenizer_)) stop_ids_.push_back(id);
@@ -62,6 +63,11 @@ const model::LoraModel& Policy::lora() const {
 }
 
 void Policy::save_lora(const std::filesystem::path& dir) const { lora().save(dir, options_.model.string()); }
+
+void Policy::set_lora_training(bool training) {
+  if (!lora_) throw core::InvalidArgument("policy: no adapters attached");
+  lora_->set_training(training);
+}
 
 std::vector<tokenizer::TokenId> Policy::prompt_tokens(const std::vector<core::Message>& conversation) const {
   return tokenizer::render_chat_ids(*renderer_, *tokenizer_, conversation, /*add_generation_prompt=*/true);

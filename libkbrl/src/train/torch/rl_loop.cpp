@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "kbrl/core/cpus.hpp"
@@ -30,11 +31,14 @@
 #include "kbrl/eval/local_evaluator.hpp"
 #include "kbrl/eval/settings.hpp"
 #include "kbrl/log/run_dir.hpp"
+#include "kbrl/rag/retrieval_prompt.hpp"
+#include "kbrl/tokenizer/tokenizer.hpp"
 #include "kbrl/model/torch/torch_tensors.hpp"
 #include "kbrl/train/data_processing.hpp"
 #include "kbrl/train/metrics.hpp"
 #include "kbrl/train/rollouts.hpp"
 #include "kbrl/train/run_log.hpp"
+#include "kbrl/train/sft_data.hpp"
 #include "kbrl/train/torch/distributed.hpp"
 #include "kbrl/net/openai_client.hpp"
 #include "kbrl/train/torch/policy.hpp"
@@ -626,6 +630,7 @@ class Loop {
     // Since the previous step ended (the first: since its batch began sampling).
     m["time/step"] = step_end - (previous_step_end_ ? *previous_step_end_ : batch->sample_start);
     previous_step_end_ = step_end;
+    for (const auto& line : retrieval_notes(groups, retrieval_noted_)) log_->note("kbrl-train: " + line);
     log_->write_traces(step, groups, data.advantages);
     log_->write_metrics(m, rewards, data.used_advantages, correct_speedups(groups));
     log_->write_progress_line(m);
@@ -685,6 +690,7 @@ class Loop {
   std::int64_t k_ = 0;    // train.max_steps_off_policy
   bool stop_agreed_ = false;
   std::optional<double> previous_step_end_;
+  std::set<std::string> retrieval_noted_;  // problems whose retrieved examples the run log has shown
 
   // The pipeline: versions_ and ready_ are shared with the sampler thread under mutex_.
   std::mutex mutex_;
@@ -725,6 +731,19 @@ model::LoraConfig lora_config(const RunConfig& config) {
   return lc;
 }
 
+// prompt.retrieval.index: each problem's retrieved examples before its task, their token budget
+// counted with the policy's own tokenizer (the checkpoint's tokenizer.json).
+std::shared_ptr<const prompt::ExampleProvider> example_provider(const RunConfig& config) {
+  const auto& r = config.prompt.retrieval;
+  if (!r.enabled()) return nullptr;
+  if (config.model.path.empty()) throw core::ConfigError("config", "model.path", "is required (a Hugging Face checkpoint folder)");
+  auto tok = std::make_shared<const tokenizer::Tokenizer>(
+      tokenizer::Tokenizer::from_file(fs::path(config.model.path) / "tokenizer.json"));
+  rag::TokenCounter count = [tok](std::string_view text) { return tok->encode(text).size(); };
+  return rag::make_example_provider(r, core::parse_kernel_language(config.prompt.language), std::move(count),
+                                    [](const std::string& field) { return "prompt.retrieval." + field; });
+}
+
 env::DatasetOptions dataset_options(const RunConfig& config, const reward::RewardRegistry& registry) {
   const auto& d = config.dataset;
   env::DatasetOptions o;
@@ -739,11 +758,8 @@ env::DatasetOptions dataset_options(const RunConfig& config, const reward::Rewar
   o.shuffle = d.shuffle;
   o.multi_turn = config.env.multi_turn;
   auto& e = o.env;
-  e.prompt.language = core::parse_kernel_language(config.prompt.language);
-  e.prompt.precision = core::parse_precision(config.prompt.precision);
-  e.prompt.one_shot = config.prompt.one_shot;
-  e.prompt.thinking_instruction = config.prompt.thinking;
-  e.prompt.hardware = config.prompt.hardware;
+  e.prompt = task_prompt_options(config);  // what SFT's corpus examples are asked, too (sft_data.hpp)
+  e.prompt.examples = example_provider(config);
   e.eval = config.evaluator.options;
   e.reward = config.reward;
   e.registry = &registry;
@@ -811,7 +827,7 @@ RlLoopResult run_rl_loop(const RunConfig& config, const RlLoopOptions& options, 
     if (!loop_options.process_group) loop_options.process_group = ProcessGroup::join(launch, device.is_cuda());
   }
   Policy policy(po);
-  if (!config.lora.init_adapter.empty()) policy.load_lora(config.lora.init_adapter);
+  if (!config.lora.init_adapter.empty()) policy.load_lora(resolve_init_adapter(config.lora.init_adapter));
   else policy.attach_lora(lora_config(config));
   // evaluator.endpoints: the fleet of kbrl-evald servers (docs/services.md), shared by every rank;
   // else a LocalEvaluator on this machine, one per rank (evaluator_for_rank).

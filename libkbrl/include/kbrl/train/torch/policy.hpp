@@ -29,6 +29,10 @@ struct PolicyOptions {
   std::string device = "auto";         // auto (cuda:0 when there is a GPU), cpu, cuda, cuda:N
   std::string dtype = "auto";          // auto (bf16 on a GPU, fp32 on the CPU), bf16, fp32
   std::string chat_template = "auto";  // auto (from the tokenizer's special tokens) or a renderer name
+  // The decoder's attention (model::LoadOptions::attention): kAuto is fused on CUDA and
+  // transformers' eager order on the CPU; kFused takes scaled_dot_product_attention on the CPU
+  // too, several times faster for long sequences (supervised training on the CPU uses it).
+  model::AttentionKernel attention = model::AttentionKernel::kAuto;
 };
 
 // "auto" resolved: cuda:0 when libtorch sees a GPU, else the CPU. Throws core::InvalidArgument
@@ -56,6 +60,9 @@ class Policy {
   const model::LoraModel& lora() const;
   // The adapters as a PEFT folder, naming the checkpoint as their base model.
   void save_lora(const std::filesystem::path& dir) const;
+  // Dropout on the adapters' input (their config's dropout) while training: on around a
+  // supervised forward_backward, off (the default) for sampling and evaluation.
+  void set_lora_training(bool training);
 
   const PolicyOptions& options() const { return options_; }
   c10::Device device() const { return decoder_->device(); }
