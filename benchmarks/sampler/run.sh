@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Decode speed of kbrl's sampler next to transformers' generate, on the GPU machine, in one run:
-# the same random bf16 checkpoint with Qwen2.5-Coder-1.5B's shapes, batches 1, 16 and 64.
+# Decode speed of kbrl's sampler next to transformers' generate (static cache, and its default
+# dynamic cache for reference) and the HBM roofline, on the GPU machine, in one run: the same
+# random bf16 checkpoint with Qwen2.5-Coder-1.5B's shapes, batches 1, 16 and 64.
 #
 # usage: bash benchmarks/sampler/run.sh [build dir (build/cuda)] [out dir (benchmarks/sampler/out)]
 #
 # Needs the cuda preset's kbrl_bench_sampler (cmake --build --preset cuda --target
 # kbrl_bench_sampler), python3 with torch and transformers, ~4 GB of disk. Writes kbrl.json,
-# transformers.json, machine.json and results.md into the out dir. SAMPLER_ARGS passes options to
-# both sides (e.g. "--batches 16 --new-tokens 128"). About 5 minutes on an H100.
+# transformers-static.json, transformers-dynamic.json, machine.json and results.md into the out
+# dir. SAMPLER_ARGS passes options to every side (e.g. "--batches 16 --new-tokens 128"). About 8
+# minutes on an H100.
 set -euo pipefail
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
@@ -25,8 +27,10 @@ trap 'rm -rf "$work"' EXIT
 "$python" "$here/sampler_bench.py" make "$work/model"
 # shellcheck disable=SC2086
 "$bench" "$work/model" --json "$out/kbrl.json" ${SAMPLER_ARGS:-}
-# shellcheck disable=SC2086
-"$python" "$here/sampler_bench.py" transformers "$work/model" --json "$out/transformers.json" ${SAMPLER_ARGS:-}
+for cache in static dynamic; do
+  # shellcheck disable=SC2086
+  "$python" "$here/sampler_bench.py" transformers "$work/model" --cache $cache --json "$out/transformers-$cache.json" ${SAMPLER_ARGS:-}
+done
 "$python" - "$work/model" "$out/machine.json" <<'PY'
 import datetime, glob, json, os, subprocess, sys
 from safetensors import safe_open

@@ -2,12 +2,17 @@
 """The sampler benchmark's Python side (benchmarks/sampler/run.sh runs all three):
 
   sampler_bench.py make <dir> [--shapes 1.5b|0.5b|7b]  a random bf16 model with Qwen2.5-Coder-1.5B's shapes
-  sampler_bench.py transformers <dir> [opts]  transformers' generate, measured as decode.cpp measures
-  sampler_bench.py summarize <out>            results.md from kbrl.json, transformers.json, machine.json
+  sampler_bench.py transformers <dir> [--cache static|dynamic] [opts]
+                                              transformers' generate, measured as decode.cpp measures
+  sampler_bench.py summarize <out>            results.md from kbrl.json, transformers-static.json,
+                                              transformers-dynamic.json, machine.json
 
-transformers runs its own defaults for generate (dynamic cache, sdpa attention), sampling at
-temperature 1 with top-k and top-p off and min_new_tokens = max_new_tokens, so every row runs
-to the end, as kbrl's rows do. decode tokens/s = B * (N - 1) / (t(N) - t(1)).
+transformers runs generate with sdpa attention, sampling at temperature 1 with top-k and top-p off
+and min_new_tokens = max_new_tokens, so every row runs to the end, as kbrl's rows do, with either
+cache: "static" (cache_implementation="static": preallocated, and generate compiles the decoding
+forward with torch.compile, the configuration transformers documents for fast generation; the
+comparison) or "dynamic" (its default, for reference). The warm-up call of each batch size pays
+the compilation. decode tokens/s = B * (N - 1) / (t(N) - t(1)).
 """
 import argparse
 import json
@@ -63,17 +68,21 @@ def run_transformers(args):
         start = time.perf_counter()
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
-                                 top_p=1.0, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+                                 top_p=1.0, max_new_tokens=n, min_new_tokens=n, pad_token_id=0, **cache)
         sync()
         assert out.shape[1] == ids.shape[1] + n, out.shape
         return time.perf_counter() - start
 
+    # The static cache is sized for the longest call, so that every call of a batch size reuses one
+    # compiled graph.
+    cache = dict(cache_implementation="static") if args.cache == "static" else {}
     rows = []
     print(f"transformers generate, {args.device} bf16, attention {model.config._attn_implementation}, "
-          f"prompt {args.prompt_tokens}, new {args.new_tokens} tokens")
+          f"{args.cache} cache, prompt {args.prompt_tokens}, new {args.new_tokens} tokens")
     for b in [int(x) for x in args.batches.split(",")]:
         ids = torch.randint(0, vocab, (b, args.prompt_tokens), generator=g).to(args.device)
-        timed(ids, 8)
+        timed(ids, args.new_tokens)  # warm-up: for the static cache, compiles
+        timed(ids, 1)
         one, full = [], []
         for _ in range(args.repeats):
             one.append(timed(ids, 1))
@@ -85,7 +94,7 @@ def run_transformers(args):
         rows.append(row)
     import transformers
     result = dict(implementation="transformers", version=transformers.__version__, torch=torch.__version__,
-                  attention=model.config._attn_implementation, prompt_tokens=args.prompt_tokens,
+                  attention=model.config._attn_implementation, cache=args.cache, prompt_tokens=args.prompt_tokens,
                   new_tokens=args.new_tokens, repeats=args.repeats, rows=rows)
     if args.json:
         with open(args.json, "w") as f:
@@ -95,7 +104,7 @@ def run_transformers(args):
 def summarize(args):
     out = args.out
     kb = json.load(open(os.path.join(out, "kbrl.json")))
-    tf = json.load(open(os.path.join(out, "transformers.json")))
+    tf = {c: json.load(open(os.path.join(out, f"transformers-{c}.json"))) for c in ("static", "dynamic")}
     machine = json.load(open(os.path.join(out, "machine.json")))
     cfg = machine["config"]
     weight_bytes = machine["weight_bytes"]
@@ -103,32 +112,33 @@ def summarize(args):
     kv_per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * head_dim * 2  # bf16
     bw = args.hbm or next((v for k, v in HBM.items() if k in machine["gpu"]), None)
     P, N = kb["prompt_tokens"], kb["new_tokens"]
-    lines = [f"# Sampler decode speed: kbrl vs transformers generate", "",
-             f"Machine: {machine['gpu']}, driver {machine.get('driver', '?')}; torch {tf['torch']}, "
-             f"transformers {tf['version']} (attention: {tf['attention']}); {machine['date']}.",
+    st = tf["static"]
+    lines = ["# Sampler decode speed: kbrl vs transformers generate (static cache)", "",
+             f"Machine: {machine['gpu']}, driver {machine.get('driver', '?')}; torch {st['torch']}, "
+             f"transformers {st['version']} (attention: {st['attention']}); {machine['date']}.",
              f"Model: random bf16 weights with Qwen2.5-Coder-1.5B's shapes ({weight_bytes / 1e9:.2f} GB of weights), "
              f"prompts of {P} random tokens, {N} new tokens per row, sampling at temperature 1, no stop tokens; "
              f"medians of {kb['repeats']} runs after a warm-up.",
+             "transformers: `generate` with `cache_implementation=\"static\"` (its compiled decoding forward: the "
+             "configuration its documentation gives for fast generation), and with its default dynamic cache for "
+             "reference.",
              "decode tok/s = B x (N - 1) / (t(N) - t(1)): generation after the prefill. "
              "Roofline: every step reads all weights once plus each row's KV cache (mean context P + N/2) "
              f"at the peak HBM bandwidth ({bw / 1e12:.2f} TB/s)." if bw else "No HBM bandwidth known for this GPU.",
-             "", "| batch | kbrl decode tok/s | transformers decode tok/s | kbrl / transformers | kbrl % of roofline | "
-             "transformers % of roofline | kbrl total tok/s | transformers total tok/s |",
+             "", "| batch | kbrl decode tok/s | transformers static | kbrl / static | transformers dynamic | "
+             "roofline tok/s | kbrl % of roofline | static % of roofline |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    tf_rows = {r["batch"]: r for r in tf["rows"]}
+    rows = {c: {r["batch"]: r for r in t["rows"]} for c, t in tf.items()}
     for r in kb["rows"]:
         b = r["batch"]
-        t = tf_rows.get(b)
-        if not t:
+        s_row, d_row = rows["static"].get(b), rows["dynamic"].get(b)
+        if not s_row or not d_row:
             continue
-        roof = None
-        if bw:
-            step_bytes = weight_bytes + b * (P + N / 2) * kv_per_token
-            roof = b * bw / step_bytes
+        roof = b * bw / (weight_bytes + b * (P + N / 2) * kv_per_token) if bw else None
         pct = (lambda x: f"{100 * x / roof:.0f}%") if roof else (lambda x: "-")
-        lines.append(f"| {b} | {r['decode_tokens_per_s']:.0f} | {t['decode_tokens_per_s']:.0f} | "
-                     f"{r['decode_tokens_per_s'] / t['decode_tokens_per_s']:.2f}x | {pct(r['decode_tokens_per_s'])} | "
-                     f"{pct(t['decode_tokens_per_s'])} | {r['total_tokens_per_s']:.0f} | {t['total_tokens_per_s']:.0f} |")
+        k, t, d = r["decode_tokens_per_s"], s_row["decode_tokens_per_s"], d_row["decode_tokens_per_s"]
+        lines.append(f"| {b} | {k:.0f} | {t:.0f} | {k / t:.2f}x | {d:.0f} | {roof:.0f} | {pct(k)} | {pct(t)} |"
+                     if roof else f"| {b} | {k:.0f} | {t:.0f} | {k / t:.2f}x | {d:.0f} | - | - | - |")
     lines += ["", "Re-run on the GPU machine: `bash benchmarks/sampler/run.sh [build/cuda] [out dir]`.", ""]
     text = "\n".join(lines)
     with open(os.path.join(out, "results.md"), "w") as f:
@@ -145,6 +155,7 @@ def main():
     t = sub.add_parser("transformers")
     t.add_argument("dir")
     t.add_argument("--device", default="cuda")
+    t.add_argument("--cache", choices=["static", "dynamic"], default="static")
     t.add_argument("--batches", default="1,16,64")
     t.add_argument("--prompt-tokens", type=int, default=128)
     t.add_argument("--new-tokens", type=int, default=256)
