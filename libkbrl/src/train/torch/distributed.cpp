@@ -11,6 +11,7 @@
 #include "kbrl/core/text.hpp"
 #include "distributed_impl.hpp"
 #include "kbrl/core/error.hpp"
+#include "kbrl/train/run_log.hpp"
 
 namespace kbrl::train {
 
@@ -239,6 +240,29 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& mine) {
   const auto* p = reinterpret_cast<const char*>(b.data_ptr<std::uint8_t>());
   for (std::size_t r = 0; r < world; ++r) out[r].assign(p + offset[r], size[r]);
   return out;
+}
+
+std::int64_t resume_step(const std::filesystem::path& run_dir, const std::shared_ptr<ProcessGroup>& group) {
+  const bool reader = group == nullptr || group->rank() == 0;
+  const int world = group != nullptr ? group->world_size() : 1;
+  std::int64_t next = 0;
+  int started_on = reader ? world : 0;
+  if (reader && std::filesystem::is_directory(run_dir))
+    if (const auto last = read_last_checkpoint(run_dir)) {
+      next = last->step + 1;
+      started_on = last->world_size;
+    }
+  if (group != nullptr) {
+    const auto found = group->sum({{"next", static_cast<double>(next)}, {"world", static_cast<double>(started_on)}});
+    next = static_cast<std::int64_t>(found.at("next"));
+    started_on = static_cast<int>(found.at("world"));
+  }
+  if (next > 0 && started_on != world)
+    throw core::ConfigError((run_dir / "checkpoints.jsonl").string(), "world_size",
+                            cat("the run was trained on ", started_on, " rank(s) and resumes only on as many, this "
+                                "launch has ", world, " (launch ", started_on, " processes, e.g. torchrun "
+                                "--nproc-per-node ", started_on, ", or start a new log_path)"));
+  return next;
 }
 
 }  // namespace kbrl::train

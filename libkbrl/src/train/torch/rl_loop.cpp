@@ -134,7 +134,7 @@ class Loop {
     if (config_.sampling.backend == "openai") start_server_sampling();
     // Where the run stands is settled before rank 0 takes the run directory: a launch that may
     // not resume it leaves its files as they were.
-    const std::int64_t next = step_to_resume();
+    const std::int64_t next = resume_step(path_, group_);
     if (writer()) log_ = std::make_unique<RunLog>(config_, options_.progress);
     total_steps_ = config_.dataset.max_steps > 0 ? config_.dataset.max_steps : per_epoch * config_.dataset.num_epochs;
     TrainingClientOptions to;
@@ -186,29 +186,6 @@ class Loop {
     // One progress display: rank 0's, and none from a sampler thread (it would interleave).
     if (!writer() || k_ > 0) return nullptr;
     return options_.progress != nullptr ? options_.progress : stderr;
-  }
-
-  // The next step to run, one past the last checkpoint, as rank 0 reads it; every rank learns
-  // it. A run resumes on as many ranks as it started on.
-  std::int64_t step_to_resume() const {
-    std::int64_t next = 0;
-    int started_on = writer() ? world_ : 0;
-    if (writer() && fs::is_directory(path_))
-      if (const auto last = read_last_checkpoint(path_)) {
-        next = last->step + 1;
-        started_on = last->world_size;
-      }
-    if (group_) {
-      const auto found = group_->sum({{"next", static_cast<double>(next)}, {"world", static_cast<double>(started_on)}});
-      next = static_cast<std::int64_t>(found.at("next"));
-      started_on = static_cast<int>(found.at("world"));
-    }
-    if (next > 0 && started_on != world_)
-      throw core::ConfigError((path_ / "checkpoints.jsonl").string(), "world_size",
-                              cat("the run was trained on ", started_on, " rank(s) and resumes only on as many, this "
-                                  "launch has ", world_, " (launch ", started_on,
-                                  " processes, e.g. torchrun --nproc-per-node ", started_on, ", or start a new log_path)"));
-    return next;
   }
 
   // Loads step `next`'s state on every rank; the run log drops what later steps had written.

@@ -81,7 +81,7 @@ class SftLoop {
     data_ = prepare_sft_data(config_, policy_.renderer(), policy_.tokenizer(), end_of_turn);
     const double data_seconds = seconds(t_data);
     total_steps_ = sft_total_steps(config_.sft, data_.train.size());
-    const std::int64_t next = step_to_resume();
+    const std::int64_t next = resume_step(path_, group_);
     if (writer()) log_ = std::make_unique<RunLog>(config_, options_.progress);
     TrainingClientOptions to;
     to.micro_batch_tokens = config_.train.micro_batch_tokens;
@@ -142,28 +142,6 @@ class SftLoop {
     if (options_.warn) options_.warn(text);
     else if (log_) log_->note("kbrl-train: warning: " + text);
     else std::cerr << "kbrl-train: warning: " << text << "\n";
-  }
-
-  // As run_rl_loop: one past the last checkpoint, as rank 0 reads it; a run resumes on as many
-  // ranks as it started on.
-  std::int64_t step_to_resume() const {
-    std::int64_t next = 0;
-    int started_on = writer() ? world_ : 0;
-    if (writer() && fs::is_directory(path_))
-      if (const auto last = read_last_checkpoint(path_)) {
-        next = last->step + 1;
-        started_on = last->world_size;
-      }
-    if (group_) {
-      const auto found = group_->sum({{"next", static_cast<double>(next)}, {"world", static_cast<double>(started_on)}});
-      next = static_cast<std::int64_t>(found.at("next"));
-      started_on = static_cast<int>(found.at("world"));
-    }
-    if (next > 0 && started_on != world_)
-      throw core::ConfigError((path_ / "checkpoints.jsonl").string(), "world_size",
-                              cat("the run was trained on ", started_on, " rank(s) and resumes only on as many, this "
-                                  "launch has ", world_, " (or start a new log_path)"));
-    return next;
   }
 
   // What trains, in <run>/sft_data.json and the log: the files, what reading left out and why, the

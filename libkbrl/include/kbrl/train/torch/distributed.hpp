@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,5 +72,10 @@ class ProcessGroup {
   int rank_;
   int world_size_;
 };
+
+// The step a run resumes at, one past the last checkpoint of `run_dir` as rank 0 reads it (0 for
+// a new run), the same on every rank of `group` (null: one rank). A run resumes only on as many
+// ranks as it started on: otherwise throws core::ConfigError naming checkpoints.jsonl.
+std::int64_t resume_step(const std::filesystem::path& run_dir, const std::shared_ptr<ProcessGroup>& group);
 
 }  // namespace kbrl::train
