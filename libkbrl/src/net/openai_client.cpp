@@ -108,7 +108,8 @@ const json::value& field(const json::object& o, std::string_view key, std::strin
   return *v;
 }
 
-SamplingResponse parse_response(const std::string& body, bool chat) {
+// An answer's body, which must be a JSON object.
+json::value parse_object(const std::string& body) {
   json::value v;
   try {
     v = core::parse_json(body);
@@ -116,6 +117,11 @@ SamplingResponse parse_response(const std::string& body, bool chat) {
     malformed(e.what());
   }
   if (!v.is_object()) malformed("not a JSON object");
+  return v;
+}
+
+SamplingResponse parse_response(const std::string& body, bool chat) {
+  const json::value v = parse_object(body);
   const auto& o = v.as_object();
   SamplingResponse out;
   if (const auto* id = o.if_contains("id"); id != nullptr && id->is_string()) out.id = id->as_string();
@@ -188,13 +194,7 @@ SamplingResponse parse_response(const std::string& body, bool chat) {
 // One /embeddings answer for `expected` inputs: the rows in the answer's index order.
 std::vector<std::vector<float>> parse_embeddings(const std::string& body, std::size_t expected, TokenUsage& usage,
                                                  std::string& model) {
-  json::value v;
-  try {
-    v = core::parse_json(body);
-  } catch (const std::exception& e) {
-    malformed(e.what());
-  }
-  if (!v.is_object()) malformed("not a JSON object");
+  const json::value v = parse_object(body);
   const auto& o = v.as_object();
   if (const auto* m = o.if_contains("model"); m != nullptr && m->is_string()) model = m->as_string();
   const auto& data = field(o, "data", "response");
