@@ -13,16 +13,6 @@
 # CMakeLists.txt) and walks the build's directories; KBRL_TORCH_PCH=OFF turns it off.
 option(KBRL_TORCH_PCH "Precompile <ATen/ATen.h> for the targets that link kbrl::torch or libtorch" ON)
 
-function(_kbrl_torch_pch_targets dir out)
-  get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
-  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
-  foreach(sub IN LISTS subdirs)
-    _kbrl_torch_pch_targets(${sub} sub_targets)
-    list(APPEND targets ${sub_targets})
-  endforeach()
-  set(${out} ${targets} PARENT_SCOPE)
-endfunction()
-
 # An object library that compiles the header, with -fPIC (pic ON) or -fPIE.
 function(_kbrl_torch_pch_host name pic)
   set(source ${PROJECT_BINARY_DIR}/generated/${name}.cpp)
@@ -50,7 +40,7 @@ function(kbrl_use_torch_pch)
   target_precompile_headers(kbrl_torch REUSE_FROM kbrl_torch_pch_pic)
   target_compile_options(kbrl_torch PRIVATE -Wno-error=invalid-pch)
 
-  _kbrl_torch_pch_targets(${PROJECT_SOURCE_DIR} targets)
+  kbrl_targets_under(${PROJECT_SOURCE_DIR} targets)  # cmake/KbrlInstall.cmake
   foreach(target IN LISTS targets)
     if(target MATCHES "^kbrl_torch(_pch_pic|_pch_pie)?$")
       continue()
