@@ -330,7 +330,13 @@ def run_checks(args, openai, server, ref, model_dir, adapter_dir):
     check(together == alone, "each concurrent request is answered exactly as it was alone")
     check(all(len(r[2]) <= v["max_tokens"] for rs, v in zip(alone, variants) for r in rs),
           "each request keeps its own max_tokens in a batch")
-    sizes = [int(n) for n in re.findall(r"batch of (\d+) requests?", server.text())[batches_before:]]
+    # A batch's log line follows its answers: wait until the lines account for all six requests.
+    deadline = time.time() + 30
+    while True:
+        sizes = [int(n) for n in re.findall(r"batch of (\d+) requests?", server.text())[batches_before:]]
+        if sum(sizes) >= len(requests) or time.time() > deadline:
+            break
+        time.sleep(0.05)
     check(sizes and max(sizes) >= 3, "the server log shows the concurrent requests batched together: {}".format(sizes))
 
     # Errors.
