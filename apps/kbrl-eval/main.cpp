@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "checkpoint_embedder.hpp"
 #include "cli.hpp"
 #include "kbrl/core/file.hpp"
 #include "kbrl/core/error.hpp"
@@ -136,6 +137,7 @@ struct GenerationsCommand {
   double early_stop_speedup = 0.0;
   bool keep_thinking = false;
   bool no_one_shot = false;
+  bool no_thinking = false;
   // Retrieved examples before the task (--retrieval-*): made by with_examples.
   rag::RetrievalPromptConfig retrieval;
   bool no_leakage_filter = false;
@@ -195,7 +197,14 @@ std::string retrieval_flag(const std::string& field) {
       {"near_threshold", "--retrieval-near-threshold"},
       {"shingle_size", "--retrieval-shingle-size"}};
   const auto it = flags.find(field);
-  return it == flags.end() ? field : it->second;
+  if (it != flags.end()) return it->second;
+  // The query embedder of a dense index: embeddings_api_key_env -> --retrieval-embeddings-api-key-env.
+  if (field.rfind("embeddings_", 0) == 0) {
+    std::string flag = "--retrieval-" + field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return flag;
+  }
+  return field;
 }
 
 // `g` with the example provider of its --retrieval-* flags (none without --retrieval-index). The
@@ -203,13 +212,15 @@ std::string retrieval_flag(const std::string& field) {
 // when sampling one), else estimated (rag::estimate_tokens).
 GenerationsCommand with_examples(GenerationsCommand g, core::KernelLanguage asked, const std::string& model) {
   g.retrieval.leakage.enabled = !g.no_leakage_filter;
-  if (const auto problem = rag::check_retrieval_config(g.retrieval)) {
+  if (const auto problem = rag::check_retrieval_config(g.retrieval, retrieval_flag)) {
     // A missing file is an error of input (exit 1); the rest is the command line's (exit 2).
     if (problem->field == "index") throw core::ConfigError(retrieval_flag("index"), "", problem->message);
     throw apps::UsageError(fmt::format("{}: {}", retrieval_flag(problem->field), problem->message));
   }
   if (!g.retrieval.enabled()) {
     if (!g.retrieval_tokenizer.empty()) throw apps::UsageError("--retrieval-tokenizer: needs --retrieval-index");
+    if (g.retrieval.embedder.given() || !g.retrieval.embedder.model.empty())
+      throw apps::UsageError("--retrieval-embeddings-*: need --retrieval-index (a dense index)");
     return g;
   }
   fs::path tokenizer_file = g.retrieval_tokenizer;
@@ -223,7 +234,8 @@ GenerationsCommand with_examples(GenerationsCommand g, core::KernelLanguage aske
                              "estimating {} bytes per token\n",
                              rag::kEstimatedBytesPerToken);
   }
-  g.examples = rag::make_example_provider(g.retrieval, asked, std::move(count), retrieval_flag);
+  g.examples = rag::make_example_provider(g.retrieval, asked, std::move(count), retrieval_flag,
+                                          apps::checkpoint_embedder_loader());
   return g;
 }
 
@@ -232,6 +244,7 @@ env::EnvOptions episode_options(const GenerationsCommand& g, const core::EvalReq
   o.prompt.language = base.language;
   o.prompt.precision = base.precision;
   o.prompt.one_shot = !g.no_one_shot;
+  o.prompt.thinking_instruction = !g.no_thinking;
   o.prompt.examples = g.examples;
   o.max_turns = g.turns;
   o.early_stop = !g.no_early_stop;
@@ -619,7 +632,8 @@ void add_retrieval_options(CLI::App& cmd, GenerationsCommand& g) {
   const rag::RetrievalPromptConfig d;
   const std::string group = "Retrieved examples (docs/retrieval.md, \"Prompts\")";
   cmd.add_option("--retrieval-index", g.retrieval.index,
-                 "an index file written by kbrl-index build: each problem's prompt opens with similar solved examples")
+                 "an index file written by kbrl-index build: each problem's prompt opens with similar solved examples "
+                 "(a dense index also needs --retrieval-embeddings-*, the embedder it was built with)")
       ->type_name("FILE")
       ->group(group);
   cmd.add_option("--retrieval-k", g.retrieval.k, fmt::format("examples asked of the index per problem [default: {}]", d.k))
@@ -657,6 +671,41 @@ void add_retrieval_options(CLI::App& cmd, GenerationsCommand& g) {
                  fmt::format("tokens per shingle of the near-copy check [default: {}]", d.leakage.shingle_size))
       ->type_name("N")
       ->group(group);
+  auto* endpoint = cmd.add_option("--retrieval-embeddings-endpoint", g.retrieval.embedder.endpoint,
+                                  "a dense index: an OpenAI-compatible server's API root (/v1 included) serving the "
+                                  "model the index was built with")
+                      ->type_name("URL")
+                      ->group(group);
+  auto* checkpoint = cmd.add_option("--retrieval-embeddings-checkpoint", g.retrieval.embedder.checkpoint,
+                                    "a dense index: the checkpoint it was built with, embedded in this process")
+                         ->type_name("DIR")
+                         ->group(group)
+                         ->excludes(endpoint);
+  cmd.add_option("--retrieval-embeddings-model", g.retrieval.embedder.model,
+                 "the served model's name (with --retrieval-embeddings-endpoint, required); with "
+                 "--retrieval-embeddings-checkpoint the name the index records [default: the folder's name]")
+      ->type_name("NAME")
+      ->group(group);
+  cmd.add_option("--retrieval-embeddings-api-key-env", g.retrieval.embedder.api_key_env,
+                 "the environment variable holding the embeddings server's API key")
+      ->type_name("VAR")
+      ->group(group)
+      ->needs(endpoint);
+  cmd.add_option("--retrieval-embeddings-device", g.retrieval.embedder.device,
+                 "the embeddings checkpoint's device: auto, cpu, cuda, cuda:N [default: auto]")
+      ->type_name("DEVICE")
+      ->group(group)
+      ->needs(checkpoint);
+  cmd.add_option("--retrieval-embeddings-dtype", g.retrieval.embedder.dtype,
+                 "the embeddings checkpoint's dtype: auto (bf16 on a GPU, fp32 on the CPU), bf16, fp32")
+      ->type_name("DTYPE")
+      ->group(group)
+      ->needs(checkpoint);
+  cmd.add_option("--retrieval-embeddings-max-tokens", g.retrieval.embedder.max_tokens,
+                 "embed a problem's first N tokens [default: 0, the model's context]")
+      ->type_name("N")
+      ->group(group)
+      ->needs(checkpoint);
   cmd.add_option("--retrieval-tokenizer", g.retrieval_tokenizer,
                  "tokenizer.json that counts the token budget [default: the checkpoint's with --model; else "
                  "estimated at 3 bytes per token]")
@@ -692,6 +741,7 @@ void add_problem_options(CLI::App& cmd, GenerationsCommand& g) {
   cmd.add_flag("--keep-thinking", g.keep_thinking,
                "multi-turn: earlier answers keep their <think> block, cut short (env.keep_thinking)");
   cmd.add_flag("--no-one-shot", g.no_one_shot, "the task prompt without the worked example");
+  cmd.add_flag("--no-thinking", g.no_thinking, "the task prompt does not ask for reasoning in <think> first (prompt.thinking: false)");
   add_retrieval_options(cmd, g);
 }
 

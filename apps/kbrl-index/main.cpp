@@ -3,8 +3,8 @@
 //   kbrl-index build ... --dense (--embeddings-endpoint URL --embeddings-model NAME | --embeddings-checkpoint DIR)
 //   kbrl-index query --index INDEX --problem FILE.py [-k 5] [--language triton] [--no-leakage-filter]
 // Flags and composition only: reading is rag::read_corpus, the indexes rag::CorpusIndex (BM25) and
-// rag::DenseIndex, the embedders rag::OpenAiEmbedder and model::DecoderEmbedder
-// (checkpoint_embedder.cpp, the one libtorch translation unit).
+// rag::DenseIndex, the embedders rag::make_embedder's (an OpenAI-compatible endpoint, or a
+// checkpoint in process through apps/common/checkpoint_embedder.hpp where libtorch is built).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -23,7 +23,8 @@
 #include "kbrl/rag/corpus.hpp"
 #include "kbrl/rag/corpus_index.hpp"
 #include "kbrl/rag/dense_index.hpp"
-#include "kbrl/rag/openai_embedder.hpp"
+#include "kbrl/rag/embedder_settings.hpp"
+#include "kbrl/rag/retriever.hpp"
 
 namespace fs = std::filesystem;
 using namespace kbrl;
@@ -42,24 +43,16 @@ std::string human_bytes(std::uintmax_t n) {
   return fmt::format("{} B", n);
 }
 
-// Where dense embeddings come from: a served model or a checkpoint in process.
-struct EmbedderFlags {
-  std::string endpoint;     // --embeddings-endpoint: an OpenAI-compatible API's root, /v1 included
-  std::string model;        // --embeddings-model: the served model (or the name recorded for a checkpoint)
-  std::string api_key_env;  // --embeddings-api-key-env
-  std::size_t batch = 64;   // --embeddings-batch: inputs per request
-  int max_in_flight = 4;    // --embeddings-max-in-flight
-  apps::CheckpointEmbedderFlags checkpoint;  // --embeddings-checkpoint, --embeddings-device, ...
-  bool given() const { return !endpoint.empty() || !checkpoint.checkpoint.empty(); }
-};
-
-void add_embedder_flags(CLI::App* cmd, EmbedderFlags& e) {
+// Where dense embeddings come from: a served model or a checkpoint in process
+// (rag::EmbedderSettings, which kbrl-train's prompt.retrieval.embeddings_* keys and kbrl-eval's
+// --retrieval-embeddings-* flags fill too).
+void add_embedder_flags(CLI::App* cmd, rag::EmbedderSettings& e) {
   const std::string g = "Dense embeddings (one of --embeddings-endpoint, --embeddings-checkpoint)";
   auto* endpoint = cmd->add_option("--embeddings-endpoint", e.endpoint,
                                    "an OpenAI-compatible server's API root (http://host:port/v1): POST /embeddings")
                        ->type_name("URL")
                        ->group(g);
-  auto* checkpoint = cmd->add_option("--embeddings-checkpoint", e.checkpoint.checkpoint,
+  auto* checkpoint = cmd->add_option("--embeddings-checkpoint", e.checkpoint,
                                      "a Hugging Face checkpoint embedded in process (mean-pooled last hidden states)")
                          ->type_name("DIR")
                          ->group(g)
@@ -78,51 +71,34 @@ void add_embedder_flags(CLI::App* cmd, EmbedderFlags& e) {
   cmd->add_option("--embeddings-max-in-flight", e.max_in_flight, "requests at once [default: 4]")
       ->group(g)
       ->needs(endpoint);
-  cmd->add_option("--embeddings-device", e.checkpoint.device, "auto, cpu, cuda, cuda:N [default: auto]")
+  cmd->add_option("--embeddings-device", e.device, "auto, cpu, cuda, cuda:N [default: auto]")
       ->type_name("DEVICE")
       ->group(g)
       ->needs(checkpoint);
-  cmd->add_option("--embeddings-dtype", e.checkpoint.dtype, "auto (bf16 on a GPU, fp32 on the CPU), bf16, fp32")
+  cmd->add_option("--embeddings-dtype", e.dtype, "auto (bf16 on a GPU, fp32 on the CPU), bf16, fp32")
       ->type_name("DTYPE")
       ->group(g)
       ->needs(checkpoint);
-  cmd->add_option("--embeddings-max-tokens", e.checkpoint.max_tokens,
+  cmd->add_option("--embeddings-max-tokens", e.max_tokens,
                   "embed a text's first N tokens [default: 0, the model's context]")
       ->type_name("N")
       ->group(g)
       ->needs(checkpoint);
 }
 
-// The embedder the flags name, and a line saying what it is.
-std::shared_ptr<rag::Embedder> make_embedder(const EmbedderFlags& f, std::string& description) {
-  if (!f.endpoint.empty()) {
-    if (f.model.empty()) throw apps::UsageError("--embeddings-endpoint needs --embeddings-model NAME");
-    if (f.batch == 0) throw apps::UsageError("--embeddings-batch must be at least 1");
-    if (f.max_in_flight < 1) throw apps::UsageError("--embeddings-max-in-flight must be at least 1");
-    rag::OpenAiEmbedderConfig c;
-    c.client.base_url = f.endpoint;
-    c.client.api_key_env = f.api_key_env;
-    c.client.max_in_flight = f.max_in_flight;
-    c.model = f.model;
-    c.batch_size = f.batch;
-    std::shared_ptr<rag::Embedder> embedder;
-    try {
-      embedder = std::make_shared<rag::OpenAiEmbedder>(c);
-    } catch (const core::InvalidArgument& e) {
-      throw apps::UsageError(fmt::format("--embeddings-endpoint: {}", e.what()));
-    }
-    description = fmt::format("{} at {}", f.model, f.endpoint);
-    return embedder;
-  }
-  if (f.checkpoint.max_tokens < 0) throw apps::UsageError("--embeddings-max-tokens must be at least 0");
-  if (!fs::is_directory(f.checkpoint.checkpoint))
-    throw core::Error(fmt::format("--embeddings-checkpoint {}: not a folder", f.checkpoint.checkpoint));
-  apps::CheckpointEmbedderFlags c = f.checkpoint;
-  c.name = f.model;
-  std::string where;
-  auto embedder = apps::load_checkpoint_embedder(c, where);
-  description = fmt::format("{} in process ({})", f.checkpoint.checkpoint, where);
-  return embedder;
+// A settings field as this program's flag: embeddings_api_key_env -> --embeddings-api-key-env.
+std::string embedder_flag(const std::string& field) {
+  std::string flag = "--" + field;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// The embedder the flags name (rag::make_embedder), and a line saying what it is. Settings that
+// do not go together are a usage error.
+std::shared_ptr<rag::Embedder> make_embedder(const rag::EmbedderSettings& s, std::string& description) {
+  if (const auto problem = rag::check_embedder_settings(s, embedder_flag))
+    throw apps::UsageError(fmt::format("{}: {}", embedder_flag(problem->field), problem->message));
+  return rag::make_embedder(s, apps::checkpoint_embedder_loader(), embedder_flag, &description);
 }
 
 struct BuildFlags {
@@ -138,7 +114,7 @@ struct BuildFlags {
   double k1 = 1.2, b = 0.75;
   std::string out;
   bool dense = false;
-  EmbedderFlags embeddings;
+  rag::EmbedderSettings embeddings;
 };
 
 rag::CorpusSpec spec_of(const BuildFlags& f) {
@@ -241,15 +217,16 @@ struct QueryFlags {
   bool no_leakage_filter = false;
   double near_threshold = 0.8;
   bool show_kernels = false;
-  EmbedderFlags embeddings;
+  rag::EmbedderSettings embeddings;
 };
 
 int query(const QueryFlags& f) {
   if (f.k == 0) throw apps::UsageError("-k must be at least 1");
   if (!(f.near_threshold > 0 && f.near_threshold <= 1)) throw apps::UsageError("--near-threshold must be in (0, 1]");
   const rag::IndexKind kind = rag::index_kind(f.index);
-  if (kind == rag::IndexKind::bm25 && f.embeddings.given())
-    throw apps::UsageError(fmt::format("{} is a BM25 index: the --embeddings-* flags are for dense ones", f.index));
+  // A BM25 index takes no embedder; a dense one needs the one it was built with, and names it.
+  if (const auto problem = rag::check_index_embedder(f.index, f.embeddings, embedder_flag))
+    throw apps::UsageError(problem->message);
   const std::string problem = core::read_file(f.problem);
   rag::SearchOptions options;
   options.k = f.k;
@@ -269,14 +246,6 @@ int query(const QueryFlags& f) {
     how = fmt::format("BM25, loaded in {:.2f} s, searched in {:.1f} ms", load_s, seconds_since(query_start) * 1e3);
     index = std::move(bm25);
   } else {
-    if (!f.embeddings.given()) {
-      // The index names the embedder it needs: say which.
-      const auto peek = rag::DenseIndex::load(f.index);
-      throw apps::UsageError(fmt::format(
-          "{} is a dense index of embeddings of {}: query it with the same model, --embeddings-endpoint URL "
-          "--embeddings-model {} (a server serving it) or --embeddings-checkpoint DIR",
-          f.index, rag::to_string(peek.identity()), peek.identity().model));
-    }
     std::string description;
     auto embedder = make_embedder(f.embeddings, description);
     auto dense = std::make_unique<rag::DenseIndex>(rag::DenseIndex::load(f.index, embedder));

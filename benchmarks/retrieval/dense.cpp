@@ -9,6 +9,7 @@
 
 #include "checkpoint_embedder.hpp"
 #include "kbrl/rag/dense_index.hpp"
+#include "kbrl/rag/embedder_settings.hpp"
 #include "kbrl/rag/hashing_embedder.hpp"
 
 namespace fs = std::filesystem;
@@ -102,12 +103,12 @@ void run_dense(const std::vector<kbrl::rag::CorpusEntry>& corpus, const std::vec
                              dim, percentile(triton, 0.5), percentile(triton, 0.9));
   }
   if (!options.checkpoint.empty()) {
-    kbrl::apps::CheckpointEmbedderFlags flags;
-    flags.checkpoint = options.checkpoint;
-    flags.device = "cpu";
+    kbrl::rag::EmbedderSettings settings;
+    settings.checkpoint = options.checkpoint;
+    settings.device = "cpu";
     std::string where;
     auto t = Clock::now();
-    auto embedder = kbrl::apps::load_checkpoint_embedder(flags, where);
+    auto embedder = kbrl::rag::make_embedder(settings, kbrl::apps::checkpoint_embedder_loader(), {}, &where);
     const double load_s = since(t);
     const std::size_t n = std::min(options.checkpoint_texts, sources.size());
     const std::vector<std::string> some(sources.begin(), sources.begin() + static_cast<std::ptrdiff_t>(n));
@@ -119,8 +120,8 @@ void run_dense(const std::vector<kbrl::rag::CorpusEntry>& corpus, const std::vec
                                                      some.begin() + static_cast<std::ptrdiff_t>(std::min(n, start + kBatch))));
     const double embed_s = since(t);
     std::cout << fmt::format(
-        "in-process embedder {} ({}, {}): loaded in {:.2f} s, {} synthetic programs in {:.2f} s: {:.0f} programs/s\n",
-        kbrl::rag::to_string(embedder->identity()), options.checkpoint, where, load_s, n, embed_s,
+        "in-process embedder {} ({}): loaded in {:.2f} s, {} synthetic programs in {:.2f} s: {:.0f} programs/s\n",
+        kbrl::rag::to_string(embedder->identity()), where, load_s, n, embed_s,
         static_cast<double>(n) / embed_s);
   }
 }

@@ -6,7 +6,8 @@ and a reformatted copy of a bundled problem, each with a kernel no prompt may sh
 (level_L_problem_P_prompt.json) opens with its examples, best first, within the token budget and
 before the task, the leaks of the problem are not in its prompt and are counted, and
 generations.jsonl and the log line carry the counts; bad settings exit 1 (a missing or unusable
-index) or 2. Then one step of kbrl-train with prompt.retrieval: the traces' prompts hold the same
+index) or 2. A dense index (embedded in process with the demo checkpoint) puts kbrl-index query's
+hits in kbrl-eval's and kbrl-train's prompts, and is refused without its embedder or with another. Then one step of kbrl-train with prompt.retrieval: the traces' prompts hold the same
 task prompts as kbrl-eval's (the same examples from another program and process), and the step's
 metrics and logs.log the counts.
 
@@ -16,6 +17,7 @@ metrics and logs.log the counts.
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,6 +80,89 @@ def check_prompt(path, leaky):
     return p
 
 
+def query_ids(out):
+    """The entry ids of `kbrl-index query`'s hit lines, best first."""
+    ids = []
+    for line in out.splitlines():
+        m = re.match(r"^\s*\d+\.\s+\S+\s+(\S+)\s+\[", line)
+        if m:
+            ids.append(m.group(1))
+    return ids
+
+
+def check_dense(args, problems, leaks, model, common):
+    """A dense index of the same corpus, embedded in process with the demo policy's checkpoint: the
+    prompts of `kbrl-eval model` hold the examples `kbrl-index query` returns; without the embedder
+    settings, or with another model's, it is refused naming the flag and the model. Skipped where
+    kbrl was built without FAISS."""
+    dense = os.path.join(args.work, "examples.kbrldix")
+    embed = ["--embeddings-checkpoint", model, "--embeddings-device", "cpu"]
+    r = run([args.index, "build", "--corpus", os.path.join(args.source, "tests", "data", "retrieval", "corpus.jsonl"),
+             "--corpus", leaks, "--field-id", "id", "--field-language", "language", "--dense", *embed, "--out", dense])
+    if r.returncode != 0 and "without FAISS" in r.stdout + r.stderr:
+        print("skip dense: kbrl was built without FAISS")
+        return
+    check(r.returncode == 0 and os.path.isfile(dense), "kbrl-index build --dense with the demo checkpoint")
+    name = os.path.basename(os.path.normpath(model))
+    flags = ["--retrieval-index", dense, "--retrieval-language", "any", "--retrieval-k", "2",
+             "--retrieval-token-budget", "100000"]
+    embedder = ["--retrieval-embeddings-checkpoint", model, "--retrieval-embeddings-device", "cpu"]
+    run_dir = os.path.join(args.work, "run_dense")
+    one = list(common)
+    one[one.index("--samples") + 1] = "1"  # the prompts are what is checked
+    r = run([args.eval, "model", *one, "--run", run_dir, *flags, *embedder])
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-5000:])
+    check(r.returncode == 0, "kbrl-eval model with a dense --retrieval-index exits 0")
+    for number, problem in ((4, LEAKY), (6, OTHER)):
+        path = os.path.join(run_dir, "level_1_problem_{}_prompt.json".format(number))
+        if not os.path.isfile(path):
+            check(False, os.path.basename(path) + " written (dense)")
+            continue
+        shown = json.load(open(path))["retrieval"]["examples"]
+        q = run([args.index, "query", "--index", dense, "--problem", os.path.join(problems, problem), "-k", "2", *embed])
+        check(q.returncode == 0 and shown == query_ids(q.stdout) and len(shown) == 2,
+              "{}: the dense prompt's examples are kbrl-index query's hits ({} vs {})".format(
+                  problem, shown, query_ids(q.stdout)))
+    bad = os.path.join(args.work, "bad_dense")
+    r = run([args.eval, "model", *one, "--run", bad, *flags])
+    check(r.returncode == 2 and "--retrieval-embeddings-checkpoint" in r.stderr and
+          "a dense index of embeddings of '{}'".format(name) in r.stderr,
+          "a dense index without --retrieval-embeddings-*: exit 2 naming the flag and the model ({})".format(
+              r.stderr.strip()[-300:]))
+    r = run([args.eval, "model", *one, "--run", bad, *flags, *embedder, "--retrieval-embeddings-model", "renamed"])
+    check(r.returncode == 1 and "built with embeddings of '{}'".format(name) in r.stderr and "'renamed'" in r.stderr,
+          "a dense index with another embedder: exit 1 naming both ({})".format(r.stderr.strip()[-300:]))
+
+    # kbrl-train with the same dense index and settings (about 4 s): the same examples in its prompts;
+    # without the embedder keys it stops when it reads the config, naming the key and the model.
+    train = [args.train, os.path.join(args.source, "examples", "configs", "cpu_demo.yaml"), "model.path=" + model,
+             "dataset.problems=" + problems, "dataset.eval_fraction=0.0", "dataset.max_steps=1", "dataset.group_size=2",
+             "sampling.max_tokens=8", "prompt.retrieval.index=" + dense, "prompt.retrieval.language=any",
+             "prompt.retrieval.k=2", "prompt.retrieval.token_budget=100000"]
+    log_path = os.path.join(args.work, "train_dense")
+    r = run([*train, "log_path=" + log_path + "_refused"], cwd=args.source)
+    check(r.returncode == 1 and "prompt.retrieval.embeddings_endpoint" in r.stderr and
+          "a dense index of embeddings of '{}'".format(name) in r.stderr and not os.path.exists(log_path + "_refused"),
+          "kbrl-train: a dense index without prompt.retrieval.embeddings_* stops at the config ({})".format(
+              r.stderr.strip()[-300:]))
+    r = run([*train, "log_path=" + log_path, "prompt.retrieval.embeddings_checkpoint=" + model,
+             "prompt.retrieval.embeddings_device=cpu"], cwd=args.source)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-5000:])
+    check(r.returncode == 0, "kbrl-train with a dense prompt.retrieval.index runs a step")
+    traces = os.path.join(log_path, "traces.jsonl")
+    traces = jsonl(traces) if os.path.isfile(traces) else []
+    for number in (4, 6):
+        path = os.path.join(run_dir, "level_1_problem_{}_prompt.json".format(number))
+        if not os.path.isfile(path):
+            continue
+        p = json.load(open(path))
+        user = p["messages"][1]["content"]
+        check(any(t["problem_id"] == p["problem_id"] and user in t["prompt"] for t in traces),
+              "{}: kbrl-train's dense prompt holds kbrl-eval's, examples and all".format(p["problem_id"]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--eval", "--index", "--train", "--source", "--work"):
@@ -134,6 +219,8 @@ def main():
         r = run([args.eval, "model", *common, "--run", bad, *extra])
         check(r.returncode == code and says in r.stderr,
               "{} exits {} saying '{}' (got {}: {})".format(what, code, says, r.returncode, r.stderr.strip()[-200:]))
+
+    check_dense(args, problems, leaks, model, common)
 
     # One step of kbrl-train with prompt.retrieval.
     log_path = os.path.join(args.work, "train")

@@ -484,3 +484,22 @@ TEST_CASE("dataset batches depend only on the seed and the index") {
   o.batch_size = 0;
   CHECK_THROWS_AS(env::KernelBenchDataset(o), core::InvalidArgument);
 }
+
+TEST_CASE("dataset eval_problems names the held-out problems whatever the seed") {
+  env::DatasetOptions o;
+  for (const char* n : {"1_relu", "2_square", "3_abs", "4_cube", "5_softsign"}) o.problems.push_back(problem(n));
+  o.eval_problems = {"*cube", "5_SOFT*"};
+  for (const std::uint64_t seed : {0, 1, 2}) {
+    o.seed = seed;
+    env::KernelBenchDataset d(o);
+    std::vector<std::string> held, trained;
+    for (const auto& p : d.eval_problems()) held.push_back(p.id);
+    for (const auto& p : d.train_problems()) trained.push_back(p.id);
+    CHECK(held == std::vector<std::string>{"4_cube", "5_softsign"});
+    CHECK(trained == std::vector<std::string>{"1_relu", "2_square", "3_abs"});
+  }
+  o.eval_problems = {"*cube", "*gelu*"};
+  CHECK_THROWS_WITH(env::KernelBenchDataset(o), Catch::Contains("eval_problems '*gelu*' matches no problem"));
+  o.eval_problems = {"*"};
+  CHECK_THROWS_WITH(env::KernelBenchDataset(o), Catch::Contains("leaving none to train on"));
+}

@@ -2,14 +2,23 @@
 // code terms), checked against a brute-force ranking of the same vectors; the language filter;
 // leakage control (the labeled copies of tests/data/retrieval/leakage.jsonl, and a problem with
 // more copies than the first candidates hold); save and load, corrupt files and a load with
-// another embedder refused. Skipped where kbrl was built without FAISS.
+// another embedder refused; a dense index in prompts through load_retriever and the embedder
+// settings (a checkpoint loader standing in for the model, and a real HTTP server answering
+// /v1/embeddings), and the settings refused clearly. Skipped where kbrl was built without FAISS.
 #include <kbrl/core/error.hpp>
+#include <kbrl/core/json.hpp>
+#include <kbrl/net/http_server.hpp>
 #include <kbrl/rag/corpus_index.hpp>
 #include <kbrl/rag/dense_index.hpp>
+#include <kbrl/rag/embedder_settings.hpp>
 #include <kbrl/rag/hashing_embedder.hpp>
+#include <kbrl/rag/retrieval_prompt.hpp>
+#include <kbrl/rag/retriever.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <numeric>
@@ -359,4 +368,231 @@ TEST_CASE("without FAISS, dense retrieval says that it needs it") {
   } catch (const kbrl::core::Error& e) {
     CHECK(contains(e.what(), "needs FAISS"));
   }
+}
+
+namespace {
+
+// A checkpoint loader that loads no model: the hashing embedder of `dim` dimensions, counted.
+struct HashingLoader {
+  std::size_t dim = 256;
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  std::shared_ptr<Embedder> operator()(const EmbedderSettings&, std::string& description) const {
+    ++*calls;
+    description = "hashing, no model";
+    return std::make_shared<HashingEmbedder>(dim);
+  }
+};
+
+// A real HTTP server answering POST /v1/embeddings with the hashing embedder's vectors.
+struct HashingEmbeddingsServer {
+  std::unique_ptr<kbrl::net::HttpServer> server;
+  std::shared_ptr<std::atomic<int>> requests = std::make_shared<std::atomic<int>>(0);
+  HashingEmbeddingsServer() {
+    kbrl::net::HttpServerConfig c;
+    c.host = "127.0.0.1";
+    c.port = 0;
+    c.threads = 2;
+    auto count = requests;
+    server = std::make_unique<kbrl::net::HttpServer>(c, [count](const kbrl::net::HttpRequest& r) -> kbrl::net::HandlerResult {
+      if (r.path() != "/v1/embeddings") return kbrl::net::HttpResponse::json(404, R"({"error":"no such route"})");
+      ++*count;
+      const auto body = kbrl::core::parse_json(r.body).as_object();
+      std::vector<std::string> texts;
+      for (const auto& t : body.at("input").as_array()) texts.emplace_back(t.as_string());
+      const std::size_t dim = 256;
+      const auto rows = HashingEmbedder(dim).embed(texts);
+      boost::json::array data;
+      for (std::size_t i = 0; i < texts.size(); ++i) {
+        boost::json::array v;
+        for (std::size_t j = 0; j < dim; ++j) v.push_back(static_cast<double>(rows[i * dim + j]));
+        data.push_back(boost::json::object{{"object", "embedding"}, {"index", i}, {"embedding", std::move(v)}});
+      }
+      const boost::json::object o{{"object", "list"}, {"data", std::move(data)}, {"model", body.at("model")}};
+      return kbrl::net::HttpResponse::json(200, boost::json::serialize(o));
+    });
+  }
+  ~HashingEmbeddingsServer() { server->stop(); }
+  std::string base() const { return "http://127.0.0.1:" + std::to_string(server->port()) + "/v1"; }
+};
+
+std::string as_key(const std::string& field) { return "prompt.retrieval." + field; }
+
+std::vector<std::string> example_ids(const kbrl::prompt::RetrievedExamples& r) {
+  std::vector<std::string> ids;
+  for (const auto& e : r.examples) ids.push_back(e.id);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("a dense index in prompts through load_retriever answers as a direct query") {
+  SKIP_WITHOUT_FAISS();
+  const auto dir = kbrl_rag_test::fresh_dir("dense_load_retriever");
+  const auto index = DenseIndex::build(kbrl_rag_test::bundled_corpus(), hashing());
+  const auto path = dir / "corpus.kbrldix";
+  index.save(path);
+  const auto checkpoint = dir / "kbrl-hashing-terms-v1";  // only a folder: the loader reads nothing
+  std::filesystem::create_directories(checkpoint);
+  EmbedderSettings in_process;
+  in_process.checkpoint = checkpoint.string();
+  HashingLoader loader;
+  HashingEmbeddingsServer server;
+  EmbedderSettings served;
+  served.endpoint = server.base();
+  served.model = "kbrl-hashing-terms-v1";  // the served model's name is the identity's
+
+  const auto queries = kbrl_rag_test::read_jsonl_objects(kbrl_rag_test::data_dir() / "queries.jsonl");
+  REQUIRE(queries.size() >= 3);
+  SearchOptions triton;
+  triton.language = "triton";
+  for (const auto& [settings, name] : {std::pair{in_process, "checkpoint"}, std::pair{served, "endpoint"}}) {
+    INFO(name);
+    const auto retriever = load_retriever(path, settings, loader);
+    REQUIRE(dynamic_cast<const DenseIndex*>(retriever.get()) != nullptr);
+    CHECK(retriever->entries().size() == index.entries().size());
+    for (const auto& q : queries) {
+      const std::string source(q.at("source").as_string());
+      for (const auto& options : {SearchOptions{}, triton}) {
+        const auto direct = index.search(source, options);
+        const auto loaded = retriever->search(source, options);
+        REQUIRE(loaded.hits.size() == direct.hits.size());
+        for (std::size_t i = 0; i < direct.hits.size(); ++i) {
+          CHECK(loaded.hits[i].entry == direct.hits[i].entry);
+          CHECK(loaded.hits[i].score == Catch::Approx(direct.hits[i].score).margin(1e-5));
+        }
+        CHECK(loaded.excluded.size() == direct.excluded.size());
+      }
+    }
+  }
+  CHECK(*loader.calls == 1);
+  CHECK(*server.requests > 0);
+
+  // Through the prompt's provider (what kbrl-train and kbrl-eval make): the examples a direct
+  // query of the index selects.
+  RetrievalPromptConfig config;
+  config.index = path.string();
+  config.embedder = in_process;
+  config.language = "any";
+  config.k = 3;
+  REQUIRE_FALSE(check_retrieval_config(config, as_key).has_value());
+  const auto provider = make_example_provider(config, kbrl::core::KernelLanguage::triton, {}, as_key, loader);
+  for (const auto& q : queries) {
+    kbrl::core::Problem problem;
+    problem.id = std::string(q.at("id").as_string());
+    problem.source = std::string(q.at("source").as_string());
+    const auto shown = provider->examples_for(problem);
+    const auto direct = select_examples(index, problem.source, config, "");
+    CHECK(shown->retrieved == direct.retrieved);
+    CHECK(example_ids(*shown) == example_ids(direct));
+    CHECK_FALSE(shown->examples.empty());
+  }
+  CHECK(*loader.calls == 2);
+}
+
+TEST_CASE("a dense index without its embedder, or with another one, is refused naming the setting") {
+  SKIP_WITHOUT_FAISS();
+  const auto dir = kbrl_rag_test::fresh_dir("dense_load_retriever_refusals");
+  const auto path = dir / "corpus.kbrldix";
+  DenseIndex::build(kbrl_rag_test::bundled_corpus(), hashing()).save(path);
+  CHECK(DenseIndex::read_identity(path) == EmbedderIdentity{"kbrl-hashing-terms-v1", 256});
+  const auto checkpoint = dir / "model";
+  std::filesystem::create_directories(checkpoint);
+  EmbedderSettings in_process;
+  in_process.checkpoint = checkpoint.string();
+
+  // No embedder: the error names the key and the embedder the index was built with.
+  auto e = config_error_of([&] { load_retriever(path, {}, HashingLoader{}, as_key); });
+  CHECK(e.where() == path.string());
+  CHECK(e.field() == "prompt.retrieval.embeddings_endpoint");
+  CHECK(contains(e.what(), "a dense index of embeddings of 'kbrl-hashing-terms-v1' (256 dimensions)"));
+  CHECK(contains(e.what(), "no embedder is given"));
+  CHECK(contains(e.what(), "prompt.retrieval.embeddings_model kbrl-hashing-terms-v1"));
+  CHECK(contains(e.what(), "prompt.retrieval.embeddings_checkpoint"));
+  // ... and already when the configuration is checked (kbrl-train's start), before any model loads.
+  RetrievalPromptConfig config;
+  config.index = path.string();
+  const auto problem = check_retrieval_config(config, as_key);
+  REQUIRE(problem.has_value());
+  CHECK(problem->field == "embeddings_endpoint");
+  CHECK(contains(problem->message, "'kbrl-hashing-terms-v1' (256 dimensions)"));
+  e = config_error_of([&] { make_example_provider(config, kbrl::core::KernelLanguage::triton, {}, as_key); });
+  CHECK(e.field() == "prompt.retrieval.embeddings_endpoint");
+
+  // Another embedder: another dimension, or another model name of the same dimension.
+  HashingLoader narrow;
+  narrow.dim = 128;
+  e = config_error_of([&] { load_retriever(path, in_process, narrow, as_key); });
+  CHECK(e.where() == path.string());
+  CHECK(contains(e.what(), "built with embeddings of 'kbrl-hashing-terms-v1' (256 dimensions)"));
+  CHECK(contains(e.what(), "'kbrl-hashing-terms-v1' (128 dimensions)"));
+  const CheckpointEmbedderLoader other = [](const EmbedderSettings&, std::string&) -> std::shared_ptr<Embedder> {
+    return std::make_shared<CountingEmbedder>(EmbedderIdentity{"other-model", 256});
+  };
+  e = config_error_of([&] { load_retriever(path, in_process, other, as_key); });
+  CHECK(contains(e.what(), "'other-model' (256 dimensions)"));
+  config.embedder = in_process;
+  CHECK_FALSE(check_retrieval_config(config, as_key).has_value());  // the identity is known once loaded
+  e = config_error_of([&] { make_example_provider(config, kbrl::core::KernelLanguage::triton, {}, as_key, narrow); });
+  CHECK(contains(e.what(), "(128 dimensions)"));
+
+  // A checkpoint where this program has no libtorch (no loader), or that is not a folder.
+  e = config_error_of([&] { load_retriever(path, in_process, {}, as_key); });
+  CHECK(e.field() == "prompt.retrieval.embeddings_checkpoint");
+  CHECK(contains(e.what(), "needs libtorch"));
+  CHECK(contains(e.what(), "prompt.retrieval.embeddings_endpoint"));
+  auto missing = in_process;
+  missing.checkpoint = (dir / "no_such_model").string();
+  e = config_error_of([&] { load_retriever(path, missing, HashingLoader{}, as_key); });
+  CHECK(e.field() == "prompt.retrieval.embeddings_checkpoint");
+  CHECK(contains(e.what(), "not a folder"));
+}
+
+TEST_CASE("embedder settings: a BM25 index takes none, and bad combinations are named") {
+  const auto dir = kbrl_rag_test::fresh_dir("embedder_settings");
+  const auto bm25 = dir / "corpus.kbrlidx";
+  CorpusIndex::build(kbrl_rag_test::bundled_corpus()).save(bm25);
+  EmbedderSettings served;
+  served.endpoint = "http://127.0.0.1:9/v1";
+  served.model = "some-model";
+  auto e = config_error_of([&] { load_retriever(bm25, served, {}, as_key); });
+  CHECK(e.field() == "prompt.retrieval.embeddings_endpoint");
+  CHECK(contains(e.what(), "is a BM25 index"));
+  RetrievalPromptConfig config;
+  config.index = bm25.string();
+  config.embedder = served;
+  const auto problem = check_retrieval_config(config, as_key);
+  REQUIRE(problem.has_value());
+  CHECK(problem->field == "embeddings_endpoint");
+  CHECK(load_retriever(bm25)->entries().size() == 36);  // without settings, as before
+  config.index.clear();
+  CHECK_FALSE(check_retrieval_config(config, as_key).has_value());  // retrieval off: not read
+
+  const auto field_of = [](const EmbedderSettings& s) {
+    const auto p = check_embedder_settings(s, as_key);
+    return p ? p->field + ": " + p->message : std::string("fine");
+  };
+  CHECK(field_of({}) == "fine");
+  CHECK(field_of(served) == "fine");
+  auto no_model = served;
+  no_model.model.clear();
+  CHECK(contains(field_of(no_model), "embeddings_model: prompt.retrieval.embeddings_endpoint needs the served model's name"));
+  auto both = served;
+  both.checkpoint = dir.string();
+  CHECK(contains(field_of(both), "embeddings_checkpoint: give prompt.retrieval.embeddings_endpoint or"));
+  EmbedderSettings stray;
+  stray.device = "cuda";
+  CHECK(contains(field_of(stray), "embeddings_device: is for prompt.retrieval.embeddings_checkpoint"));
+  EmbedderSettings key_alone;
+  key_alone.api_key_env = "KEY";
+  CHECK(contains(field_of(key_alone), "embeddings_api_key_env: is for prompt.retrieval.embeddings_endpoint"));
+  EmbedderSettings negative;
+  negative.checkpoint = dir.string();
+  negative.max_tokens = -1;
+  CHECK(contains(field_of(negative), "embeddings_max_tokens: -1 is below 0"));
+  auto dtype = negative;
+  dtype.max_tokens = 0;
+  dtype.dtype = "fp8";
+  CHECK(contains(field_of(dtype), "embeddings_dtype: 'fp8' is none of"));
+  e = config_error_of([&] { make_embedder({}, {}, as_key); });
+  CHECK(contains(e.what(), "no embedder"));
 }

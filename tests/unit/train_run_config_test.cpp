@@ -11,6 +11,9 @@
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/types.hpp"
 #include "kbrl/dataset/filter.hpp"
+#include "kbrl/rag/corpus_index.hpp"
+#include "kbrl/rag/dense_index.hpp"
+#include "kbrl/rag/hashing_embedder.hpp"
 
 using namespace kbrl;
 using train::load_run_config;
@@ -316,4 +319,63 @@ TEST_CASE("prompt.retrieval: nested or dotted, checked, and written back") {
   CHECK(has(error_of(yaml, {"prompt.retrieval.top_k=3"}), "unknown key 'prompt.retrieval.top_k'"));
   // k = 0 without an index is retrieval off, not an error.
   CHECK_NOTHROW(load_run_config(std::nullopt, {"log_path=r", "prompt.retrieval.k=0"}));
+}
+
+TEST_CASE("prompt.retrieval embedder keys: read and written back, checked against the kind of index") {
+  const auto dir = fs::path(KBRL_TEST_TMP) / "run_config_dense";
+  fs::create_directories(dir);
+  const auto checkpoint = dir / "embedder";
+  fs::create_directories(checkpoint);
+  const auto c = load_run_config(std::nullopt, {"log_path=runs/r", "prompt.retrieval.embeddings_checkpoint=" + checkpoint.string(),
+                                                "prompt.retrieval.embeddings_device=cpu", "prompt.retrieval.embeddings_dtype=fp32",
+                                                "prompt.retrieval.embeddings_max_tokens=512"});
+  const auto& e = c.prompt.retrieval.embedder;
+  CHECK(e.checkpoint == checkpoint.string());
+  CHECK(e.device == "cpu");
+  CHECK(e.dtype == "fp32");
+  CHECK(e.max_tokens == 512);
+  const auto resolved = dir / "resolved.yaml";
+  train::write_resolved(c, resolved);
+  CHECK(train::to_yaml(load_run_config(resolved, {})) == train::to_yaml(c));
+  const auto served = load_run_config(std::nullopt, {"log_path=r", "prompt.retrieval.embeddings_endpoint=http://127.0.0.1:8000/v1",
+                                                     "prompt.retrieval.embeddings_model=qwen-embed",
+                                                     "prompt.retrieval.embeddings_api_key_env=EMBED_KEY"});
+  CHECK(served.prompt.retrieval.embedder.endpoint == "http://127.0.0.1:8000/v1");
+  CHECK(served.prompt.retrieval.embedder.model == "qwen-embed");
+  CHECK(served.prompt.retrieval.embedder.api_key_env == "EMBED_KEY");
+
+  // Settings that do not go together, named by their keys.
+  CHECK(has(error_of(std::nullopt, {"log_path=r", "prompt.retrieval.embeddings_endpoint=http://h/v1"}),
+            "field 'prompt.retrieval.embeddings_model': prompt.retrieval.embeddings_endpoint needs the served model's name"));
+  CHECK(has(error_of(std::nullopt, {"log_path=r", "prompt.retrieval.embeddings_device=cuda"}),
+            "field 'prompt.retrieval.embeddings_device': is for prompt.retrieval.embeddings_checkpoint"));
+  CHECK(has(error_of(std::nullopt, {"log_path=r", "prompt.retrieval.embeddings_dtype=fp8"}), "prompt.retrieval.embeddings_dtype"));
+  CHECK(has(error_of(std::nullopt, {"log_path=r", "prompt.retrieval.embeddings_max_tokens=-1"}), "prompt.retrieval.embeddings_max_tokens"));
+
+  // A BM25 index takes no embedder: refused when the config is read, before anything loads.
+  const auto bm25 = dir / "examples.kbrlidx";
+  std::vector<rag::CorpusEntry> entries(2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::string op = i == 0 ? "relu" : "tanh";
+    entries[i].id = op;
+    entries[i].source = "import torch\nx = torch." + op + "(x)\n";
+    entries[i].kernel = "__global__ void " + op + "_kernel() {}\n";
+    entries[i].language = "cuda";
+  }
+  rag::CorpusIndex::build(entries).save(bm25);
+  CHECK(has(error_of(std::nullopt, {"log_path=r", "prompt.retrieval.index=" + bm25.string(),
+                                    "prompt.retrieval.embeddings_checkpoint=" + checkpoint.string()}),
+            "field 'prompt.retrieval.embeddings_checkpoint': " + bm25.string() + " is a BM25 index"));
+  CHECK_NOTHROW(load_run_config(std::nullopt, {"log_path=r", "prompt.retrieval.index=" + bm25.string()}));
+
+  // A dense index needs them: the error names the key and the embedder the index was built with.
+  if (!rag::dense_retrieval_available()) return;  // no dense index without FAISS
+  const auto dense = dir / "examples.kbrldix";
+  rag::DenseIndex::build(entries, std::make_shared<rag::HashingEmbedder>(32)).save(dense);
+  const std::string missing = error_of(std::nullopt, {"log_path=r", "prompt.retrieval.index=" + dense.string()});
+  CHECK(has(missing, "field 'prompt.retrieval.embeddings_endpoint': "));
+  CHECK(has(missing, "a dense index of embeddings of 'kbrl-hashing-terms-v1' (32 dimensions)"));
+  CHECK(has(missing, "prompt.retrieval.embeddings_checkpoint"));
+  CHECK_NOTHROW(load_run_config(std::nullopt, {"log_path=r", "prompt.retrieval.index=" + dense.string(),
+                                               "prompt.retrieval.embeddings_checkpoint=" + checkpoint.string()}));
 }

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kbrl/core/error.hpp"
+#include "kbrl/dataset/filter.hpp"
 #include "kbrl/dataset/split.hpp"
 
 namespace kbrl::env {
@@ -17,7 +18,18 @@ KernelBenchDataset::KernelBenchDataset(DatasetOptions options) : options_(std::m
   if (options_.group_size < 1) throw core::InvalidArgument("dataset: group_size must be at least 1");
   if (!(options_.eval_fraction >= 0 && options_.eval_fraction < 1))
     throw core::InvalidArgument(fmt::format("dataset: eval_fraction {} is outside [0, 1)", options_.eval_fraction));
-  if (options_.eval_fraction > 0) {
+  if (!options_.eval_problems.empty()) {
+    dataset::ProblemFilter held;
+    for (const auto& g : options_.eval_problems) {
+      held.include = {g};
+      if (std::none_of(options_.problems.begin(), options_.problems.end(),
+                       [&](const core::Problem& p) { return dataset::filter_matches(held, p); }))
+        throw core::InvalidArgument(fmt::format("dataset: eval_problems '{}' matches no problem name or id", g));
+    }
+    held.include = options_.eval_problems;
+    for (const auto& p : options_.problems) (dataset::filter_matches(held, p) ? eval_ : train_).push_back(p);
+    if (train_.empty()) throw core::InvalidArgument("dataset: eval_problems hold out every problem, leaving none to train on");
+  } else if (options_.eval_fraction > 0) {
     dataset::SplitOptions s;
     s.eval_fraction = options_.eval_fraction;
     s.seed = options_.seed;

@@ -267,6 +267,37 @@ DenseIndex DenseIndex::load(const std::filesystem::path& path, std::shared_ptr<E
   return deserialize(core::read_file(path), path.string(), std::move(embedder));
 }
 
+EmbedderIdentity DenseIndex::read_identity(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw core::ConfigError(path.string(), "", "cannot open the file");
+  // The header, then the model name's length, the name (a name longer than this is no name) and
+  // the dimension.
+  constexpr std::size_t kMaxName = 4096;
+  std::string head(detail::kIndexHeaderSize + 8 + kMaxName + 8, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  const std::string where = path.string();
+  const std::string_view found = std::string_view(head).substr(0, std::min<std::size_t>(head.size(), 8));
+  if (found != detail::kDenseMagic) {
+    // unframe_index_file's messages: a BM25 index named as such, anything else not an index.
+    (void)detail::unframe_index_file(head, detail::kDenseMagic, kFormatVersion, where);
+  }
+  detail::Reader h(std::string_view(head).substr(8), where);
+  const std::uint32_t version = h.u32();
+  if (version != kFormatVersion)
+    throw core::ConfigError(where, "",
+                            fmt::format("retrieval index format version {}, this kbrl reads version {}: rebuild it "
+                                        "with kbrl-index build",
+                                        version, kFormatVersion));
+  (void)h.u32();
+  (void)h.u64();
+  (void)h.u64();
+  EmbedderIdentity identity;
+  identity.model = h.str();
+  identity.dimension = static_cast<std::size_t>(h.u64());
+  return identity;
+}
+
 IndexKind index_kind(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw core::ConfigError(path.string(), "", "cannot open the file");

@@ -59,7 +59,7 @@ std::string join_ids(const std::vector<std::string>& ids) {
 
 }  // namespace
 
-std::optional<RetrievalConfigProblem> check_retrieval_config(const RetrievalPromptConfig& c) {
+std::optional<RetrievalConfigProblem> check_retrieval_config(const RetrievalPromptConfig& c, const SettingName& name_of) {
   const auto problem = [](std::string field, std::string message) {
     return std::optional<RetrievalConfigProblem>(RetrievalConfigProblem{std::move(field), std::move(message)});
   };
@@ -71,6 +71,7 @@ std::optional<RetrievalConfigProblem> check_retrieval_config(const RetrievalProm
   if (!(c.leakage.near_threshold > 0 && c.leakage.near_threshold <= 1))
     return problem("near_threshold", fmt::format("{} is outside (0, 1]", c.leakage.near_threshold));
   if (c.leakage.shingle_size < 1) return problem("shingle_size", fmt::format("{} is below 1", c.leakage.shingle_size));
+  if (const auto p = check_embedder_settings(c.embedder, name_of)) return problem(p->field, p->message);
   if (!c.enabled()) return std::nullopt;
   if (c.k == 0)
     return problem("k", "0 examples with an index: give k >= 1, or no index to turn retrieval off");
@@ -79,6 +80,7 @@ std::optional<RetrievalConfigProblem> check_retrieval_config(const RetrievalProm
   std::error_code ec;
   if (!std::filesystem::exists(c.index, ec))
     return problem("index", fmt::format("{}: no such file (build one with kbrl-index build)", c.index));
+  if (const auto p = check_index_embedder(c.index, c.embedder, name_of)) return problem(p->field, p->message);
   return std::nullopt;
 }
 
@@ -158,12 +160,12 @@ std::shared_ptr<const prompt::RetrievedExamples> RetrievalExampleProvider::examp
 
 std::shared_ptr<RetrievalExampleProvider> make_example_provider(
     const RetrievalPromptConfig& config, core::KernelLanguage asked, TokenCounter count_tokens,
-    const std::function<std::string(const std::string&)>& name_of) {
+    const SettingName& name_of, const CheckpointEmbedderLoader& load_checkpoint) {
   const auto name = [&](const std::string& field) { return name_of ? name_of(field) : field; };
-  if (const auto problem = check_retrieval_config(config))
+  if (const auto problem = check_retrieval_config(config, name_of))
     throw core::ConfigError("retrieval settings", name(problem->field), problem->message);
   if (!config.enabled()) throw core::InvalidArgument("make_example_provider: no index given (retrieval is off)");
-  std::shared_ptr<const Retriever> retriever = load_retriever(config.index);
+  std::shared_ptr<const Retriever> retriever = load_retriever(config.index, config.embedder, load_checkpoint, name_of);
   const std::string language = retrieval_language(config, asked);
   if (!language.empty()) {
     std::map<std::string, std::size_t> languages;

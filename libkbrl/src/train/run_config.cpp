@@ -268,6 +268,8 @@ const std::vector<Entry>& schema() {
     e.push_back(field("dataset.exclude", &R::dataset, &DatasetSection::exclude,
                       "globs on problem names or ids: then leave out the problems that match any", globs()));
     e.push_back(field("dataset.eval_fraction", &R::dataset, &DatasetSection::eval_fraction, "share of problems held out for evaluation", in_range(0, 1, true)));
+    e.push_back(field("dataset.eval_problems", &R::dataset, &DatasetSection::eval_problems,
+                      "globs on problem names or ids naming the held-out problems instead (empty: eval_fraction picks them)", globs()));
     e.push_back(field("dataset.batch_size", &R::dataset, &DatasetSection::batch_size, "problems per step", at_least(1)));
     e.push_back(field("dataset.group_size", &R::dataset, &DatasetSection::group_size, "rollouts per problem (the GRPO group)",
                       at_least(2, " (GRPO compares the rollouts of a group: one alone has no advantage)")));
@@ -311,6 +313,30 @@ const std::vector<Entry>& schema() {
               Check<double>([](const double& v) { return v > 0 && v <= 1 ? std::string() : fmt::format("{} is outside (0, 1]", v); }));
     retrieval("shingle_size", [](R& c) -> int& { return c.prompt.retrieval.leakage.shingle_size; },
               "tokens per shingle of the near-copy check", at_least(1));
+    // The query embedder of a dense index (rag::EmbedderSettings, kbrl-index's --embeddings-* flags).
+    retrieval("embeddings_endpoint", [](R& c) -> std::string& { return c.prompt.retrieval.embedder.endpoint; },
+              "a dense index: an OpenAI-compatible server's API root, /v1 included, serving the model the index was "
+              "built with (POST /embeddings)",
+              Check<std::string>());
+    retrieval("embeddings_model", [](R& c) -> std::string& { return c.prompt.retrieval.embedder.model; },
+              "a dense index: the served model's name (with embeddings_endpoint, required); with "
+              "embeddings_checkpoint, the name the index records (empty: the folder's name)",
+              Check<std::string>());
+    retrieval("embeddings_api_key_env", [](R& c) -> std::string& { return c.prompt.retrieval.embedder.api_key_env; },
+              "embeddings_endpoint: the environment variable holding the API key (empty: none; the key is never "
+              "written)",
+              Check<std::string>());
+    retrieval("embeddings_checkpoint", [](R& c) -> std::string& { return c.prompt.retrieval.embedder.checkpoint; },
+              "a dense index: the Hugging Face checkpoint it was built with, embedded in this process (mean-pooled "
+              "last hidden states)",
+              Check<std::string>());
+    retrieval("embeddings_device", [](R& c) -> std::string& { return c.prompt.retrieval.embedder.device; },
+              "embeddings_checkpoint: auto (cuda:0 when there is a GPU), cpu, cuda, cuda:N", Check<std::string>());
+    retrieval("embeddings_dtype", [](R& c) -> std::string& { return c.prompt.retrieval.embedder.dtype; },
+              "embeddings_checkpoint: auto (bf16 on a GPU, fp32 on the CPU), bf16 or fp32",
+              one_of({"auto", "bf16", "fp32"}));
+    retrieval("embeddings_max_tokens", [](R& c) -> int& { return c.prompt.retrieval.embedder.max_tokens; },
+              "embeddings_checkpoint: a problem's first N tokens are embedded (0: the model's context)", at_least(0));
     e.push_back(field("sampling.max_tokens", &R::sampling, &SamplingSection::max_tokens, "tokens per answer at most", at_least(1)));
     e.push_back(field("sampling.temperature", &R::sampling, &SamplingSection::temperature, "sampling temperature (0: greedy)", non_negative()));
     e.push_back(field("sampling.top_p", &R::sampling, &SamplingSection::top_p, "nucleus sampling (1: off)",
@@ -700,7 +726,8 @@ RunConfig load_run_config(const std::optional<fs::path>& yaml, const std::vector
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.language",
                             fmt::format("{} kernels need evaluator.device={}", c.prompt.language, c.prompt.language));
   // Retrieval: the checks that span fields (k = 0 or a budget of 0 with an index) and the index file.
-  if (const auto problem = rag::check_retrieval_config(c.prompt.retrieval))
+  if (const auto problem = rag::check_retrieval_config(
+          c.prompt.retrieval, [](const std::string& field) { return "prompt.retrieval." + field; }))
     throw core::ConfigError(src.file.empty() ? "config" : src.file, "prompt.retrieval." + problem->field, problem->message);
   // The episode shaping of multi-turn returns would be read by no one in a single-turn run.
   const auto& mt = c.reward.multi_turn;

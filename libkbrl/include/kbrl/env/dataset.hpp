@@ -15,6 +15,9 @@ namespace kbrl::env {
 struct DatasetOptions {
   std::vector<core::Problem> problems;  // loaded and filtered
   double eval_fraction = 0.2;           // held out for evaluation (0: none)
+  // Globs on problem names or ids (dataset::ProblemFilter's syntax) naming the held-out problems
+  // instead: when set, eval_fraction is not used, and every glob must match a problem.
+  std::vector<std::string> eval_problems;
   std::uint64_t seed = 0;
   int batch_size = 4;  // problems per batch
   int group_size = 4;  // rollouts per problem
@@ -25,8 +28,8 @@ struct DatasetOptions {
 
 class KernelBenchDataset : public RlDataset {
  public:
-  // Throws core::InvalidArgument for no problems, batch_size or group_size below 1, or an
-  // eval_fraction outside [0, 1).
+  // Throws core::InvalidArgument for no problems, batch_size or group_size below 1, an
+  // eval_fraction outside [0, 1), or eval_problems that match no problem or every problem.
   explicit KernelBenchDataset(DatasetOptions options);
 
   // Full batches per epoch (a last partial batch is dropped, as each batch must be complete).

@@ -78,6 +78,11 @@ class DenseIndex final : public Retriever {
   static DenseIndex deserialize(std::string_view bytes, const std::string& where,
                                 std::shared_ptr<Embedder> embedder = nullptr);
   static DenseIndex load(const std::filesystem::path& path, std::shared_ptr<Embedder> embedder = nullptr);
+  // The embedder identity a dense index file records, from its first bytes alone (no checksum:
+  // load checks the whole file), so that a program can say which embedder an index needs before
+  // loading a model, and without FAISS. Throws core::ConfigError(path) for a file that is not a
+  // dense index of this format version, or is too short.
+  static EmbedderIdentity read_identity(const std::filesystem::path& path);
 
  private:
   struct Vectors;

@@ -15,6 +15,7 @@
 
 #include "kbrl/core/types.hpp"
 #include "kbrl/prompt/retrieved_examples.hpp"
+#include "kbrl/rag/embedder_settings.hpp"
 #include "kbrl/rag/leakage.hpp"
 #include "kbrl/rag/retriever.hpp"
 
@@ -36,6 +37,9 @@ struct RetrievalPromptConfig {
   // Tokens of the whole examples section at most: examples that do not fit are left out whole.
   int token_budget = 8192;
   LeakageConfig leakage;  // on by default
+  // The embedder of a dense index (the one it was built with): its fields are "embeddings_endpoint",
+  // "embeddings_model", ... (embedder_settings.hpp). A BM25 index takes none.
+  EmbedderSettings embedder;
   bool enabled() const noexcept { return !index.empty(); }
 };
 
@@ -43,13 +47,17 @@ struct RetrievalPromptConfig {
 inline constexpr std::size_t kMinShownChars = 256;
 
 // What is wrong with a configuration: the field (as RetrievalPromptConfig names it: "index", "k",
-// "token_budget", "near_threshold", ...) and why. Negative numbers; with an index: k = 0, a budget
-// of 0, a missing index file; a near threshold outside (0, 1]; a shingle size below 1.
+// "token_budget", "near_threshold", "embeddings_endpoint", ...) and why. Negative numbers; with an
+// index: k = 0, a budget of 0, a missing index file, embedder settings that do not fit the index
+// (check_index_embedder: a dense index without them, a BM25 one with them); a near threshold
+// outside (0, 1]; a shingle size below 1; bad embedder settings (check_embedder_settings).
+// `name_of` names the other settings a message mentions (empty: the fields' own names).
 struct RetrievalConfigProblem {
   std::string field;
   std::string message;
 };
-std::optional<RetrievalConfigProblem> check_retrieval_config(const RetrievalPromptConfig& config);
+std::optional<RetrievalConfigProblem> check_retrieval_config(const RetrievalPromptConfig& config,
+                                                             const SettingName& name_of = {});
 
 // The corpus language examples are filtered on when the prompt asks for `asked` kernels: the
 // configured one ("any": none, so empty), else asked's name ("cuda", "triton", "hip", "cpp").
@@ -94,11 +102,12 @@ class RetrievalExampleProvider final : public prompt::ExampleProvider {
 
 // The provider for prompts asking `asked` kernels: checks the configuration
 // (check_retrieval_config; `name_of` turns a field into the key or flag the user wrote, for the
-// message), loads config.index (load_retriever) and refuses an index without a single example
-// of the language. Throws core::ConfigError.
+// message), loads config.index (load_retriever: a dense index with config.embedder, a checkpoint
+// through `load_checkpoint`) and refuses an index without a single example of the language.
+// Throws core::ConfigError.
 std::shared_ptr<RetrievalExampleProvider> make_example_provider(
     const RetrievalPromptConfig& config, core::KernelLanguage asked, TokenCounter count_tokens = {},
-    const std::function<std::string(const std::string&)>& name_of = {});
+    const SettingName& name_of = {}, const CheckpointEmbedderLoader& load_checkpoint = {});
 
 // The log line of one problem's examples: "retrieval for <problem>: 2 of 3 examples in the prompt
 // (relu, gelu (shortened); 1234 tokens), 1 over the budget; leaks excluded: 1 exact (copy_relu),

@@ -38,6 +38,7 @@ struct DatasetSection {
   std::vector<std::string> include;  // globs on names or ids: keep what matches any (empty: all)
   std::vector<std::string> exclude;  // globs on names or ids: then drop what matches any
   double eval_fraction = 0.1;
+  std::vector<std::string> eval_problems;
   int batch_size = 4;
   int group_size = 4;
   int num_epochs = 1;

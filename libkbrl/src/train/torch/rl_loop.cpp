@@ -32,6 +32,7 @@
 #include "kbrl/eval/settings.hpp"
 #include "kbrl/log/run_dir.hpp"
 #include "kbrl/rag/retrieval_prompt.hpp"
+#include "kbrl/train/torch/checkpoint_embedder.hpp"
 #include "kbrl/tokenizer/tokenizer.hpp"
 #include "kbrl/model/torch/torch_tensors.hpp"
 #include "kbrl/train/data_processing.hpp"
@@ -718,7 +719,8 @@ std::shared_ptr<const prompt::ExampleProvider> example_provider(const RunConfig&
       tokenizer::Tokenizer::from_file(fs::path(config.model.path) / "tokenizer.json"));
   rag::TokenCounter count = [tok](std::string_view text) { return tok->encode(text).size(); };
   return rag::make_example_provider(r, core::parse_kernel_language(config.prompt.language), std::move(count),
-                                    [](const std::string& field) { return "prompt.retrieval." + field; });
+                                    [](const std::string& field) { return "prompt.retrieval." + field; },
+                                    load_checkpoint_embedder);
 }
 
 env::DatasetOptions dataset_options(const RunConfig& config, const reward::RewardRegistry& registry) {
@@ -729,6 +731,7 @@ env::DatasetOptions dataset_options(const RunConfig& config, const reward::Rewar
   if (o.problems.empty())
     throw core::ConfigError("config", "dataset.problems", cat("no problems in ", problems.string(), " pass the filters"));
   o.eval_fraction = d.eval_fraction;
+  o.eval_problems = d.eval_problems;
   o.seed = config.seed;
   o.batch_size = d.batch_size;
   o.group_size = d.group_size;
