@@ -2,8 +2,8 @@
 # The main job on the bundled default: GRPO training with kbrl-train on the CPU
 # (examples/configs/cpu_demo.yaml): the tiny demo policy (scripts/make_demo_model.py) on the
 # bundled problems (examples/problems) with the CPU evaluator, four steps, into runs/cpu-demo
-# (metrics, traces, checkpoints, TensorBoard). Installs and builds what is missing first; extra
-# arguments are config overrides (key=value).
+# (metrics, traces, checkpoints, TensorBoard, and progress.png: reward and correct rate per step).
+# Installs and builds what is missing first; extra arguments are config overrides (key=value).
 #   ./scripts/demo.sh                 train (resumes runs/cpu-demo when it exists; rm -r it to start over)
 #   ./scripts/demo.sh eval [args]     evaluate the bundled example kernels with kbrl-eval instead
 set -euo pipefail
@@ -25,4 +25,5 @@ fi
 cmake --build --preset dev --target kbrl-train
 [[ -f "$repo/build/demo-model/model.safetensors" ]] || "$python" "$repo/scripts/make_demo_model.py" "$repo/build/demo-model"
 "$repo/build/dev/apps/kbrl-train" examples/configs/cpu_demo.yaml "$@"
+"$python" "$repo/scripts/plot_run.py" runs/cpu-demo
 exec "$repo/build/dev/apps/kbrl-train" status runs/cpu-demo
