@@ -261,12 +261,18 @@ def main():
         check([m["step"] for m in read_jsonl(os.path.join(single, "metrics.jsonl"))] == [0, 1],
               "the refused resume leaves the run's files as they were")
 
-    # Multi-turn, two steps.
+    # Multi-turn, two steps, sampled at temperature 0.7: the trainer's log p is the tempered
+    # distribution's, as the sampler's is, so the two agree but for rounding.
     multi = os.path.join(args.work, "runs", "multi")
-    r = run_train(args, multi, "dataset.max_steps=2", "env.multi_turn=true", "env.max_turns=2")
+    r = run_train(args, multi, "dataset.max_steps=2", "env.multi_turn=true", "env.max_turns=2",
+                  "sampling.temperature=0.7")
     check(r.returncode == 0, "multi-turn: kbrl-train exits 0")
     if r.returncode == 0:
-        check_outputs(multi, 2, True)
+        metrics = check_outputs(multi, 2, True)
+        kls = [m["train/kl_sampler"] for m in metrics if "train/kl_sampler" in m]
+        check(kls and all(0 <= kl < 1e-4 for kl in kls) and all(abs(m["train/ratio"] - 1) < 1e-3
+                                                               for m in metrics if "train/ratio" in m),
+              f"temperature 0.7: trainer and sampler agree (train/kl_sampler {kls})")
 
     # Killed in the middle of the second step, then resumed.
     killed = os.path.join(args.work, "runs", "killed")

@@ -196,6 +196,42 @@ TEST_CASE("token_logprobs equals log_softmax of the logits with padding on eithe
   CHECK(kbrl::test::max_abs_diff(alone[0], logits[0].narrow(0, 0, 6)) <= 1e-5);
 }
 
+TEST_CASE("token_logprobs at a temperature is the log-softmax of logits over T, gradients included") {
+  // Two paths: a frozen head (its gradient taken in the forward) and a head with an adapter.
+  for (const bool head_adapter : {false, true}) {
+    auto m = load_model("llama3_gqa", at::kDouble);
+    LoraConfig c;
+    c.rank = 2;
+    c.alpha = 3;
+    if (head_adapter) c.target_modules = {"q_proj", "down_proj", "lm_head"};
+    LoraModel lora = LoraModel::attach(m, c, at::kDouble);
+    randomise(lora, 13, 0.2);
+    const auto [ids, mask] = batch(true);
+    const at::Tensor targets = at::roll(ids, -1, 1);
+    at::manual_seed(3);
+    const at::Tensor weights = at::randn(ids.sizes(), at::kDouble) * mask.to(at::kDouble);
+    const auto params = lora.parameters();
+    for (const double t : {0.7, 1.3}) {
+      INFO("head adapter " << head_adapter << ", temperature " << t);
+      const at::Tensor ref_lp = at::log_softmax(m.forward(ids, mask) / t, -1).gather(2, targets.unsqueeze(2)).squeeze(2);
+      const at::Tensor ref = (ref_lp * weights).sum();
+      const auto ref_grads = torch::autograd::grad({ref}, params);
+      TrainForwardOptions o;
+      o.temperature = t;
+      o.logprob_chunk_tokens = 5;
+      const at::Tensor lp = token_logprobs(m, ids, mask, targets, o);
+      CHECK(kbrl::test::max_abs_diff(lp, ref_lp.detach() * mask.to(at::kDouble)) <= 1e-12);
+      const auto grads = torch::autograd::grad({(lp * weights).sum()}, params);
+      double worst = 0;
+      for (std::size_t i = 0; i < params.size(); ++i) worst = std::max(worst, kbrl::test::max_abs_diff(grads[i], ref_grads[i]));
+      CHECK(worst <= 1e-12);
+    }
+    TrainForwardOptions bad;
+    bad.temperature = 0;
+    CHECK_THROWS_WITH(token_logprobs(m, ids, mask, targets, bad), Catch::Contains("temperature 0 must be finite and > 0"));
+  }
+}
+
 namespace {
 
 struct Grads {

@@ -9,7 +9,7 @@ torch::Tensor run(torch::Tensor input) {
   auto out = torch::empty_like(input);
   const float* x = input.data_ptr<float>();
   float* y = out.data_ptr<float>();
-  for (int64_t i = 0; i < input.numel(); ++i) y[i] = 2.f * x[i] + 1.f;
+  for (int64_t i = 0; i < input.numel(); ++i) y[i] = -x[i];
   return out;
 }
 """

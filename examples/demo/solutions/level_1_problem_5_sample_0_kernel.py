@@ -9,7 +9,7 @@ torch::Tensor run(torch::Tensor input) {
   auto out = torch::empty_like(input);
   const float* x = input.data_ptr<float>();
   float* y = out.data_ptr<float>();
-  for (int64_t i = 0; i < input.numel(); ++i) y[i] = 1.f / (1.f + std::exp(-x[i]));
+  for (int64_t i = 0; i < input.numel(); ++i) y[i] = x[i] * x[i] * x[i];
   return out;
 }
 """

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 
 #include "kbrl/core/error.hpp"
@@ -96,17 +97,19 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 struct HeadLogprobFunction : torch::autograd::Function<HeadLogprobFunction> {
   // head: the weight, and the bias where there is one.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList head, const at::Tensor& targets,
-                            std::int64_t acc) {
+                            std::int64_t acc, double temperature) {
     const auto acc_type = static_cast<at::ScalarType>(acc);
     const at::Tensor& weight = head[0];
     ctx->saved_data["head"] = static_cast<std::int64_t>(head.size());
     at::Tensor logits = at::linear(x, weight, head.size() > 1 ? head[1] : at::Tensor()).to(acc_type);  // [n, V]
+    if (temperature != 1.0) logits.div_(temperature);
     const at::Tensor lse = at::logsumexp(logits, {1}, /*keepdim=*/true);
     const at::Tensor t = targets.unsqueeze(1);
     const at::Tensor lp = (logits.gather(1, t) - lse).squeeze(1);
     if (x.requires_grad()) {
       at::Tensor& g = logits.sub_(lse).exp_().neg_();  // -softmax, in place
       g.scatter_add_(1, t, at::ones_like(t, g.options()));
+      if (temperature != 1.0) g.div_(temperature);  // d(z / T) / dz
       ctx->save_for_backward({at::matmul(g.to(weight.scalar_type()), weight)});  // [n, hidden]
     }
     return lp;
@@ -114,7 +117,7 @@ struct HeadLogprobFunction : torch::autograd::Function<HeadLogprobFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    variable_list grads(3 + static_cast<std::size_t>(ctx->saved_data["head"].toInt()));  // x, head, targets, acc
+    variable_list grads(4 + static_cast<std::size_t>(ctx->saved_data["head"].toInt()));  // x, head, targets, acc, T
     if (!saved.empty() && saved[0].defined())
       grads[0] = (saved[0].to(grad_outputs[0].scalar_type()) * grad_outputs[0].unsqueeze(1)).to(saved[0].scalar_type());
     return grads;
@@ -142,6 +145,9 @@ at::Tensor token_logprobs(const DecoderModel& model, const at::Tensor& input_ids
                                             " do not match input_ids ", core::shape_string(input_ids.sizes())));
   if (options.logprob_chunk_tokens <= 0)
     throw core::InvalidArgument("token_logprobs: TrainForwardOptions.logprob_chunk_tokens must be positive");
+  if (!(options.temperature > 0) || !std::isfinite(options.temperature))
+    throw core::InvalidArgument(core::cat("token_logprobs: TrainForwardOptions.temperature ", options.temperature,
+                                          " must be finite and > 0"));
   const at::Tensor h = model.hidden_states(input_ids, attention_mask, options);  // [B, T, hidden]
   const auto B = h.size(0), T = h.size(1), H = h.size(2);
   const auto dev = h.device();
@@ -171,13 +177,15 @@ at::Tensor token_logprobs(const DecoderModel& model, const at::Tensor& input_ids
       std::vector<at::Tensor> weights = {head.weight};
       if (head.bias.defined()) weights.push_back(head.bias);
       pieces.push_back(HeadLogprobFunction::apply(flat.narrow(0, start, n), at::TensorList(weights),
-                                                  tgt.narrow(0, start, n), static_cast<std::int64_t>(acc)));
+                                                  tgt.narrow(0, start, n), static_cast<std::int64_t>(acc),
+                                                  options.temperature));
       continue;
     }
     const at::Tensor t = tgt.narrow(0, start, n).unsqueeze(1);  // [n, 1]
     pieces.push_back(checkpoint(
-        [&head, t, acc](const at::Tensor& x) {
-          const at::Tensor logits = head.forward(x).to(acc);  // [n, V]
+        [&head, t, acc, temperature = options.temperature](const at::Tensor& x) {
+          at::Tensor logits = head.forward(x).to(acc);  // [n, V]
+          if (temperature != 1.0) logits = logits / temperature;
           return logits.gather(1, t).squeeze(1) - at::logsumexp(logits, {1});
         },
         flat.narrow(0, start, n), head_params));

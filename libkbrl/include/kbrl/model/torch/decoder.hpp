@@ -119,6 +119,9 @@ struct TrainForwardOptions {
   bool checkpoint_layers = false;
   // token_logprobs computes logits for this many tokens at a time (fp32 [chunk, vocab]).
   std::int64_t logprob_chunk_tokens = 1024;
+  // token_logprobs divides the logits by this before the softmax: log p of the distribution the
+  // tokens were sampled from at that temperature (> 0; 1: the model's own).
+  double temperature = 1.0;
 };
 
 class DecoderModel {
