@@ -265,7 +265,7 @@ def main():
     # distribution's, as the sampler's is, so the two agree but for rounding.
     multi = os.path.join(args.work, "runs", "multi")
     r = run_train(args, multi, "dataset.max_steps=2", "env.multi_turn=true", "env.max_turns=2",
-                  "sampling.temperature=0.7")
+                  "sampling.temperature=0.7", "train.warmup_steps=2")
     check(r.returncode == 0, "multi-turn: kbrl-train exits 0")
     if r.returncode == 0:
         metrics = check_outputs(multi, 2, True)
@@ -273,6 +273,9 @@ def main():
         check(kls and all(0 <= kl < 1e-4 for kl in kls) and all(abs(m["train/ratio"] - 1) < 1e-3
                                                                for m in metrics if "train/ratio" in m),
               f"temperature 0.7: trainer and sampler agree (train/kl_sampler {kls})")
+        lrs = {m["step"]: m["train/lr"] for m in metrics if "train/lr" in m}
+        check(lrs and all(abs(lr - 0.01 * (s + 1) / 2) < 1e-12 for s, lr in lrs.items()),
+              f"train.warmup_steps 2: learning rate 0.005 then 0.01 ({lrs})")
 
     # Killed in the middle of the second step, then resumed.
     killed = os.path.join(args.work, "runs", "killed")

@@ -377,6 +377,8 @@ const std::vector<Entry>& schema() {
     e.push_back(field("train.beta1", &R::train, &TrainSection::beta1, "AdamW beta1", in_range(0, 1, true)));
     e.push_back(field("train.beta2", &R::train, &TrainSection::beta2, "AdamW beta2", in_range(0, 1, true)));
     e.push_back(field("train.eps", &R::train, &TrainSection::eps, "AdamW epsilon", positive()));
+    e.push_back(field("train.warmup_steps", &R::train, &TrainSection::warmup_steps,
+                      "steps over which the learning rate rises linearly to train.learning_rate (step s of them: (s + 1) / warmup_steps of it); 0: none", at_least(0)));
     e.push_back(field("train.weight_decay", &R::train, &TrainSection::weight_decay, "AdamW decoupled weight decay", non_negative()));
     e.push_back(field("train.grad_clip", &R::train, &TrainSection::grad_clip, "clip the global gradient norm to this (0: off)", non_negative()));
     e.push_back(field("train.num_substeps", &R::train, &TrainSection::num_substeps, "optimizer steps per batch (the batch split evenly)", at_least(1)));

@@ -92,6 +92,7 @@ struct TrainSection {
   double clip_high = 1.2;
   std::string normalization = "token_mean";
   double learning_rate = 1e-4;
+  int warmup_steps = 0;  // the learning rate rises linearly from learning_rate / warmup_steps
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
   int num_substeps = 1;
   int micro_batch_tokens = 8192;

@@ -550,7 +550,7 @@ class Loop {
     boost::json::object m;
     m["step"] = step;
     std::map<std::string, double> train_metrics;
-    if (!data.datums.empty()) train_metrics = train_on(data.datums);
+    if (!data.datums.empty()) train_metrics = train_on(data.datums, step);
     const double train_end = now_s();
     if (k_ > 0) publish_version(step);
 
@@ -623,13 +623,17 @@ class Loop {
     }
   }
 
-  std::map<std::string, double> train_on(const std::vector<Datum>& datums) {
+  std::map<std::string, double> train_on(const std::vector<Datum>& datums, std::int64_t step) {
     LossConfig lc;
     lc.normalization = normalization_from_name(config_.train.normalization);
     lc.clip_low = config_.train.clip_low;
     lc.clip_high = config_.train.clip_high;
     AdamParams adam;
     adam.lr = config_.train.learning_rate;
+    // A fresh AdamW moves every coordinate by about the learning rate on its first steps,
+    // whatever its gradient: a warmup keeps those steps small (from a tightly fitted warm start).
+    const int warmup = config_.train.warmup_steps;
+    if (step < warmup) adam.lr *= static_cast<double>(step + 1) / warmup;
     adam.beta1 = config_.train.beta1;
     adam.beta2 = config_.train.beta2;
     adam.eps = config_.train.eps;
