@@ -277,21 +277,8 @@ EmbedderIdentity DenseIndex::read_identity(const std::filesystem::path& path) {
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<std::size_t>(in.gcount()));
   const std::string where = path.string();
-  const std::string_view found = std::string_view(head).substr(0, std::min<std::size_t>(head.size(), 8));
-  if (found != detail::kDenseMagic) {
-    // unframe_index_file's messages: a BM25 index named as such, anything else not an index.
-    (void)detail::unframe_index_file(head, detail::kDenseMagic, kFormatVersion, where);
-  }
-  detail::Reader h(std::string_view(head).substr(8), where);
-  const std::uint32_t version = h.u32();
-  if (version != kFormatVersion)
-    throw core::ConfigError(where, "",
-                            fmt::format("retrieval index format version {}, this kbrl reads version {}: rebuild it "
-                                        "with kbrl-index build",
-                                        version, kFormatVersion));
-  (void)h.u32();
-  (void)h.u64();
-  (void)h.u64();
+  (void)detail::read_index_frame(head, detail::kDenseMagic, kFormatVersion, where);
+  detail::Reader h(std::string_view(head).substr(detail::kIndexHeaderSize), where);
   EmbedderIdentity identity;
   identity.model = h.str();
   identity.dimension = static_cast<std::size_t>(h.u64());

@@ -89,8 +89,8 @@ std::string frame_index_file(std::string_view magic, std::uint32_t version, cons
   return std::move(file.bytes());
 }
 
-std::string_view unframe_index_file(std::string_view bytes, std::string_view magic, std::uint32_t version,
-                                    const std::string& where) {
+IndexFrame read_index_frame(std::string_view bytes, std::string_view magic, std::uint32_t version,
+                            const std::string& where) {
   const std::string_view found = bytes.substr(0, std::min<std::size_t>(bytes.size(), 8));
   if (bytes.size() < kIndexHeaderSize || found != magic) {
     if (magic == kBm25Magic && found == kDenseMagic)
@@ -108,14 +108,21 @@ std::string_view unframe_index_file(std::string_view bytes, std::string_view mag
                                         "with kbrl-index build",
                                         found_version, version));
   (void)h.u32();
-  const std::uint64_t size = h.u64();
-  const std::uint64_t checksum = h.u64();
+  IndexFrame frame;
+  frame.payload_size = h.u64();
+  frame.checksum = h.u64();
+  return frame;
+}
+
+std::string_view unframe_index_file(std::string_view bytes, std::string_view magic, std::uint32_t version,
+                                    const std::string& where) {
+  const IndexFrame frame = read_index_frame(bytes, magic, version, where);
   const std::string_view payload = bytes.substr(kIndexHeaderSize);
-  if (payload.size() != size)
+  if (payload.size() != frame.payload_size)
     throw core::ConfigError(where, "",
                             fmt::format("corrupt retrieval index: {} payload bytes, the header says {} (truncated?)",
-                                        payload.size(), size));
-  if (fnv1a64(payload) != checksum) throw core::ConfigError(where, "", "corrupt retrieval index: checksum mismatch");
+                                        payload.size(), frame.payload_size));
+  if (fnv1a64(payload) != frame.checksum) throw core::ConfigError(where, "", "corrupt retrieval index: checksum mismatch");
   return payload;
 }
 

@@ -56,6 +56,16 @@ class Reader {
 // magic, version, reserved, payload size, checksum, payload.
 std::string frame_index_file(std::string_view magic, std::uint32_t version, const std::string& payload);
 
+// The payload size and checksum from a framed file's header (`bytes`: its first bytes, at least
+// kIndexHeaderSize of them when it is one); throws core::ConfigError(where) for another magic
+// (naming the other kind when it is one) or another version ("rebuild it").
+struct IndexFrame {
+  std::uint64_t payload_size = 0;
+  std::uint64_t checksum = 0;
+};
+IndexFrame read_index_frame(std::string_view bytes, std::string_view magic, std::uint32_t version,
+                            const std::string& where);
+
 // The payload of a file framed with `magic` and `version`; throws core::ConfigError(where) for
 // another magic (naming the other kind when it is one), another version ("rebuild it"), a size
 // that does not match (truncated) or a checksum mismatch.
