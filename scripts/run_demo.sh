@@ -21,7 +21,14 @@ config="$repo/examples/configs/elementwise_demo.yaml"
 model="${KBRL_DEMO_POLICY:-$repo/build/demo-policy}"
 work="$(dirname "$out")/eval-work"
 samples="${KBRL_DEMO_SAMPLES:-4}"
-temperature="$(sed -n 's/^  temperature: *//p' "$config")"
+setting() {  # the config's value of a sampling key (sampling.KEY), or the last override of it
+  local value a
+  value="$(sed -n "/^sampling:/,/^[^ ]/ s/^  $1: *//p" "$config")"
+  for a in "$@"; do [[ "$a" == "sampling.$1="* ]] && value="${a#*=}"; done
+  echo "$value"
+}
+temperature="$(setting temperature "$@")"
+max_tokens="$(setting max_tokens "$@")"
 cd "$repo"
 
 [[ -f "$model/model.safetensors" ]] || "$python" scripts/make_demo_model.py "$model" --hidden 128 --vocab 2048
@@ -36,7 +43,7 @@ last_adapter() {  # a run directory's last checkpointed adapter
 sample_and_evaluate() {  # adapter, run folder
   rm -rf "$2"
   "$bin/kbrl-eval" model --model "$model" --adapter "$1" --problems examples/demo/problems --level 1 --run "$2" \
-    --samples "$samples" --temperature "$temperature" --max-tokens 256 --sample-seed "$((seed + 1000))" \
+    --samples "$samples" --temperature "$temperature" --max-tokens "$max_tokens" --sample-seed "$((seed + 1000))" \
     --model-device cpu --model-dtype fp32 --language cpp --no-one-shot --no-thinking --device cpu --work-dir "$work" --trials 2 --no-timing \
     > "$2.log" 2>&1 || { tail -20 "$2.log"; exit 1; }
 }
