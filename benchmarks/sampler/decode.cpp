@@ -1,16 +1,21 @@
 // kbrl_bench_sampler <checkpoint dir> [--device cuda] [--dtype bf16|fp32] [--batches 1,16,64]
-//                    [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file]
+//                    [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file] [--profile]
 // Decode speed of kbrl::model::Sampler: for each batch size B, B random prompts of the same
 // length, sampled at temperature 1 with no stop tokens, so every row runs to --new-tokens. The
 // time of a 1-token generate (prefill and one step) is subtracted from the full one, so
 // decode tokens/s = B * (N - 1) / (t(N) - t(1)), medians over --repeats after a warm-up.
 // benchmarks/sampler/run.sh runs it next to transformers' generate on the same checkpoint.
+// --profile: for each batch, where a decode step's GPU time goes, by kernel group, from libtorch's
+// profiler over eager steps (a CUDA graph replays the same kernels without the host's launch gaps):
+// the kernel times of generate(N) minus those of generate(1), divided by N - 1.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -18,6 +23,9 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <map>
 
 #include "cli.hpp"
 #include "kbrl/model/torch/decoder.hpp"
@@ -43,6 +51,35 @@ double seconds_of(const kbrl::model::Sampler& sampler, const std::vector<std::ve
   return s;
 }
 
+// The group a kernel belongs to, by its name.
+std::string kernel_group(const std::string& name) {
+  const auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (name.rfind("Memcpy", 0) == 0 || name.rfind("Memset", 0) == 0) return "copies (host <-> device)";
+  if (has("paged_attention")) return "attention (paged)";
+  if (has("rms_norm")) return "rms norm (+ residual)";
+  if (has("rope")) return "rotary + cache write";
+  if (has("silu")) return "silu * up";
+  if (has("sample_rows")) return "draw (softmax, inverse CDF)";
+  if (has("gemm") || has("gemv") || has("nvjet") || has("cutlass") || has("xmma") || has("Kernel2")) return "GEMM (cuBLAS)";
+  return "other torch ops";
+}
+
+// Kernel microseconds by group while `run` runs.
+std::map<std::string, double> kernel_times(const std::function<void()>& run) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+  const std::set<ActivityType> activities = {ActivityType::CPU, ActivityType::CUDA};
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  run();
+  const auto result = prof::disableProfiler();
+  std::map<std::string, double> us;
+  for (const auto& e : result->events())
+    if (e.deviceType() == c10::DeviceType::CUDA) us[kernel_group(e.name())] += static_cast<double>(e.durationNs()) / 1e3;
+  return us;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
@@ -59,6 +96,7 @@ int main(int argc, char** argv) {
   std::string checkpoint, device = "cuda", dtype = "bf16", batches = "1,16,64", json;
   std::int64_t prompt_tokens = 128, new_tokens = 256;
   int repeats = 3;
+  bool profile = false;
   app.add_option("checkpoint", checkpoint, "Hugging Face checkpoint folder")->required()->check(CLI::ExistingDirectory);
   app.add_option("--device", device, "torch device")->capture_default_str();
   app.add_option("--dtype", dtype, "weights' type")->check(CLI::IsMember({"bf16", "fp32"}))->capture_default_str();
@@ -69,6 +107,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--repeats", repeats, "timed repeats (medians are reported)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--json", json, "also write the rows to this JSON file");
+  app.add_flag("--profile", profile, "also print where a decode step's GPU time goes, by kernel group");
   return kbrl::apps::run_program(app, argc, argv, [&] {
     kbrl::model::LoadOptions options;
     options.device = c10::Device(device);
@@ -101,9 +140,30 @@ int main(int argc, char** argv) {
       const double total = static_cast<double>(B * new_tokens) / tn;
       std::printf("%6lld %10.3f %10.3f %14.1f %14.1f\n", static_cast<long long>(B), t1, tn, decode, total);
       std::fflush(stdout);
+      std::string groups;
+      if (profile) {
+        kbrl::model::SamplerOptions eager_options;
+        eager_options.cuda_graphs = false;
+        const kbrl::model::Sampler eager(model, {}, eager_options);
+        const std::int64_t N = 33;
+        seconds_of(eager, prompts, N);
+        const auto base = kernel_times([&] { seconds_of(eager, prompts, 1); });
+        const auto all = kernel_times([&] { seconds_of(eager, prompts, N); });
+        const double step_us = (tn - t1) / static_cast<double>(new_tokens - 1) * 1e6;
+        double busy = 0;
+        std::printf("  batch %lld: graph step %.0f us; GPU kernel time per eager step by group:\n", static_cast<long long>(B), step_us);
+        for (const auto& [group, us] : all) {
+          const double per_step = (us - (base.count(group) ? base.at(group) : 0.0)) / static_cast<double>(N - 1);
+          busy += per_step;
+          std::printf("    %-30s %8.1f us  %5.1f%% of the graph step\n", group.c_str(), per_step, 100 * per_step / step_us);
+          groups += (groups.empty() ? "" : ", ") + ("\"" + group + "\": " + std::to_string(per_step));
+        }
+        std::printf("    %-30s %8.1f us  %5.1f%%\n", "kernels in all", busy, 100 * busy / step_us);
+        groups = ", \"step_us\": " + std::to_string(step_us) + ", \"kernel_us\": {" + groups + "}";
+      }
       if (rows.tellp() > 0) rows << ",\n";
       rows << "    {\"batch\": " << B << ", \"t1_s\": " << t1 << ", \"tn_s\": " << tn << ", \"decode_tokens_per_s\": " << decode
-           << ", \"total_tokens_per_s\": " << total << "}";
+           << ", \"total_tokens_per_s\": " << total << groups << "}";
     }
     if (!json.empty()) {
       std::ofstream f(json);

@@ -281,37 +281,68 @@ TEST_CASE("sampler stop tokens end sequences and the others run on unchanged") {
   CHECK(std::string(stop_reason_name(StopReason::kStopToken)) == "stop_token");
 }
 
-TEST_CASE("decode_step equals forward with the cache") {
-  // The arithmetic the CUDA graphs replay, checked on any device: a step that writes through a
-  // device-side column and attends to a longer, masked span gives forward()'s logits.
+TEST_CASE("decode_paged equals forward with the cache") {
+  // The step the sampler runs (and its CUDA graphs replay), checked on any device: prompts
+  // prefilled into a dense cache, copied into scrambled blocks of a paged cache, then decoded
+  // one token at a time next to forward() with the dense cache. Both paths of decode_paged
+  // (the kernels where built, and the torch ops) give forward()'s logits.
   for (const auto& dir : fixtures()) {
     INFO(dir.filename().string());
     const auto ref = kbrl::test::load_reference(dir);
     const auto m = load(dir);
     const auto prompts = prompts_of(ref);
+    const auto B = static_cast<std::int64_t>(prompts.size());
     std::int64_t T = 0;
     for (const auto& p : prompts) T = std::max<std::int64_t>(T, static_cast<std::int64_t>(p.size()));
-    at::Tensor ids = at::zeros({static_cast<std::int64_t>(prompts.size()), T}, at::kLong), mask = at::zeros_like(ids);
+    at::Tensor ids = at::zeros({B, T}, at::kLong), mask = at::zeros_like(ids);
     for (std::size_t b = 0; b < prompts.size(); ++b)
       for (std::size_t k = 0; k < prompts[b].size(); ++k) {
         const auto col = T - static_cast<std::int64_t>(prompts[b].size()) + static_cast<std::int64_t>(k);
         ids[static_cast<std::int64_t>(b)][col] = prompts[b][k];
         mask[static_cast<std::int64_t>(b)][col] = 1;
       }
-    const std::int64_t steps = 6, capacity = T + steps + 5;
-    KvCache eager = m.make_cache(ids.size(0), capacity), stepped = m.make_cache(ids.size(0), capacity);
-    at::Tensor a = m.forward(ids, mask, &eager, true).squeeze(1);
-    at::Tensor b = m.forward(ids, mask, &stepped, true).squeeze(1);
-    const at::Tensor column = at::full({1}, T, at::TensorOptions().dtype(at::kLong).device(m.device()));
-    for (std::int64_t s = 0; s < steps; ++s) {
-      const at::Tensor next = a.argmax(-1).unsqueeze(1);  // [B, 1]
-      a = m.forward(next, {}, &eager, true).squeeze(1);
-      b = m.decode_step(next.to(m.device()), stepped, column, capacity).squeeze(1);
-      stepped.note_decoded(1);
-      CHECK((a - b).abs().max().item<double>() < 1e-5);
-      CHECK(stepped.length() == eager.length());
-      CHECK(column.item<std::int64_t>() == eager.length());
-      CHECK(at::equal(stepped.lengths(), eager.lengths()));
+    const std::int64_t steps = 6, bs = 4, width = (T + steps) / bs + 1;
+    KvCache dense = m.make_cache(B, T + steps);
+    at::Tensor a = m.forward(ids, mask, &dense, true).squeeze(1);
+    // Row b's j-th block is block 1 + j * B + (B - 1 - b): interleaved, in reverse row order.
+    const auto block_of = [&](std::int64_t b, std::int64_t j) { return 1 + j * B + (B - 1 - b); };
+    for (const bool portable : {false, true}) {
+      INFO("portable " << portable);
+      PagedKvCache paged(m.config(), 1 + width * B, bs, at::TensorOptions().dtype(m.dtype()).device(m.device()));
+      std::vector<std::int64_t> rows, cols, slots;
+      for (std::int64_t b = 0; b < B; ++b) {
+        const auto L = static_cast<std::int64_t>(prompts[static_cast<std::size_t>(b)].size());
+        for (std::int64_t t = 0; t < L; ++t) {
+          rows.push_back(b);
+          cols.push_back(T - L + t);
+          slots.push_back(block_of(b, t / bs) * bs + t % bs);
+        }
+      }
+      const auto dev = [&](const std::vector<std::int64_t>& v) { return at::tensor(v, at::kLong).to(m.device()); };
+      paged.copy_from(dense, dev(rows), dev(cols), dev(slots));
+      at::Tensor tables = at::zeros({B, width}, at::kInt);
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t j = 0; j < width; ++j) tables[b][j] = static_cast<std::int32_t>(block_of(b, j));
+      KvCache eager = m.make_cache(B, T + steps);
+      at::Tensor x = m.forward(ids, mask, &eager, true).squeeze(1);
+      for (std::int64_t s = 0; s < steps; ++s) {
+        const at::Tensor next = x.argmax(-1);  // [B]
+        std::vector<std::int64_t> pos, slot;
+        for (std::int64_t b = 0; b < B; ++b) {
+          const auto p = static_cast<std::int64_t>(prompts[static_cast<std::size_t>(b)].size()) + s;
+          pos.push_back(p);
+          slot.push_back(block_of(b, p / bs) * bs + p % bs);
+        }
+        PagedStep step;
+        step.ids = next.to(m.device());
+        step.positions = dev(pos);
+        step.slots = dev(slot);
+        step.context_lens = (dev(pos) + 1).to(at::kInt);
+        step.block_tables = tables.to(m.device());
+        const at::Tensor y = m.decode_paged(step, paged, portable);
+        x = m.forward(next.unsqueeze(1), {}, &eager, true).squeeze(1);
+        CHECK((x - y).abs().max().item<double>() < 1e-5);
+      }
     }
   }
 }
@@ -325,12 +356,13 @@ TEST_CASE("sampler CUDA graphs give the eager loop's samples") {
   const auto prompts = prompts_of(ref);
   SamplerOptions eager_options, graph_options;
   eager_options.cuda_graphs = false;
-  graph_options.graph_span_step = 8;  // several spans, so several captures
+  graph_options.block_size = 4;      // many blocks per row
+  graph_options.kv_cache_tokens = 96;  // too few for every row at once: rows are preempted and recomputed
   const Sampler eager(m, {}, eager_options), graphed(m, {}, graph_options);
   for (const double temperature : {0.0, 1.0}) {
     auto p = params_with(temperature, 0.9, 40, 30, 5);
     const auto free_run = eager.generate(prompts, 3, p);
-    // Rows that stop early make the graphed loop drop them and capture smaller batches.
+    // Rows that stop early leave the batch: the graphed loop runs smaller batch buckets.
     p.stop_token_ids = {free_run[0].tokens[4], free_run[4].tokens[9]};
     for (const auto& params : {params_with(temperature, 0.9, 40, 30, 5), p}) {
       const auto x = eager.generate(prompts, 3, params);
@@ -345,6 +377,103 @@ TEST_CASE("sampler CUDA graphs give the eager loop's samples") {
       }
     }
   }
+}
+
+TEST_CASE("sampler scheduling does not change the samples") {
+  // The same requests through every scheduling path: continuous batching with room for all,
+  // two rows at a time (requests split and join as rows finish), a cache too small for every row
+  // at once (rows preempted and recomputed), fixed batches, and a stream of requests with their
+  // own n. Draws depend on (seed, key, sample, step) only, so the samples are the same; logprobs
+  // agree to float rounding.
+  const auto dir = kbrl::test::model_fixtures() / "llama3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  const auto prompts = prompts_of(ref);
+  auto p = params_with(1.0, 1.0, 0, 20);
+  const auto base = Sampler(m).generate(prompts, 3, p);
+  // Stop tokens that end some samples early, so that rows finish at different steps.
+  p.stop_token_ids = {base[0].tokens[3], base[4].tokens[8]};
+  SamplerOptions all, two_rows, small_cache, fixed;
+  all.block_size = two_rows.block_size = small_cache.block_size = fixed.block_size = 4;
+  two_rows.max_batch = 2;
+  small_cache.kv_cache_tokens = 48;  // 12 blocks: 9 rows need more than that
+  fixed.continuous = false;
+  fixed.max_batch = 4;
+  const Sampler reference(m, {}, all);
+  const auto expected = reference.generate(prompts, 3, p);
+  CHECK(reference.stats().preemptions == 0);
+  std::int64_t stopped = 0;
+  for (const auto& s : expected) stopped += s.stop_reason == StopReason::kStopToken ? 1 : 0;
+  CHECK(stopped >= 2);
+  const auto same = [&](const std::vector<Sample>& got) {
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("sample " << i);
+      CHECK(got[i].prompt_index == expected[i].prompt_index);
+      CHECK(got[i].sample_index == expected[i].sample_index);
+      CHECK(got[i].tokens == expected[i].tokens);
+      CHECK(got[i].stop_reason == expected[i].stop_reason);
+      REQUIRE(got[i].logprobs.size() == expected[i].logprobs.size());
+      for (std::size_t k = 0; k < got[i].logprobs.size(); ++k)
+        CHECK(std::abs(got[i].logprobs[k] - expected[i].logprobs[k]) < 1e-4);
+    }
+  };
+  {
+    INFO("two rows at a time");
+    const Sampler sampler(m, {}, two_rows);
+    same(sampler.generate(prompts, 3, p));
+    CHECK(sampler.stats().prefills >= 5);
+  }
+  {
+    INFO("a cache too small for all rows");
+    const Sampler sampler(m, {}, small_cache);
+    same(sampler.generate(prompts, 3, p));
+    CHECK(sampler.stats().preemptions > 0);
+    CHECK(sampler.stats().peak_blocks <= 12);
+  }
+  {
+    INFO("fixed batches");
+    same(Sampler(m, {}, fixed).generate(prompts, 3, p));
+  }
+  {
+    INFO("a stream: prompt 1 with 2 samples, then prompt 0 and 2 with 3, keyed as in generate");
+    const std::vector<SampleRequest> requests = {{prompts[1], 2, 1}, {prompts[0], 3, 0}, {prompts[2], 3, 2}};
+    std::size_t next = 0;
+    std::vector<std::pair<std::size_t, Sample>> got;
+    const Sampler sampler(m, {}, two_rows);
+    sampler.stream([&]() -> std::optional<SampleRequest> {
+          if (next == requests.size()) return std::nullopt;
+          return requests[next++];
+        },
+        p, [&](std::size_t index, Sample&& s) { got.emplace_back(index, std::move(s)); });
+    REQUIRE(got.size() == 8);
+    std::sort(got.begin(), got.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("stream sample " << i);
+      CHECK(got[i].first == i);
+      const std::size_t request = i < 2 ? 0 : i < 5 ? 1 : 2;
+      const std::size_t prompt = request == 0 ? 1 : request == 1 ? 0 : 2;
+      CHECK(got[i].second.prompt_index == request);
+      const std::size_t sample = i < 2 ? i : i < 5 ? i - 2 : i - 5;
+      CHECK(got[i].second.sample_index == sample);
+      CHECK(got[i].second.tokens == expected[prompt * 3 + sample].tokens);
+    }
+  }
+}
+
+TEST_CASE("sampler shares a prompt's blocks among its samples") {
+  const auto dir = kbrl::test::model_fixtures() / "qwen2_tied";
+  const auto m = load(dir);
+  std::vector<std::int64_t> prompt;
+  for (std::int64_t i = 0; i < 40; ++i) prompt.push_back((i * 7) % m.config().vocab_size);
+  SamplerOptions o;
+  o.block_size = 8;
+  const Sampler sampler(m, {}, o);
+  const auto out = sampler.generate({prompt}, 4, params_with(1.0, 1.0, 0, 3));
+  REQUIRE(out.size() == 4);
+  // 5 full prompt blocks held once, plus one block per sample for its 3 tokens: 9, not 4 x 6.
+  CHECK(sampler.stats().peak_blocks == 5 + 4);
+  CHECK(sampler.stats().prefills == 1);
 }
 
 TEST_CASE("sampler stop strings end sequences on the token that completes them") {

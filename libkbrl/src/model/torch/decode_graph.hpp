@@ -1,46 +1,44 @@
-// The Sampler's decoding step, shared by its eager loop and by the CUDA-graph replay of it
-// (cuda/decode_graph.cpp, built where libtorch has CUDA).
+// CUDA-graph capture and replay of the Sampler's decoding step (cuda/decode_graph.cpp, built
+// where libtorch has CUDA; sampler.cpp carries stand-ins otherwise).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
-#include <vector>
-
-#include "kbrl/model/torch/decoder.hpp"
-#include "kbrl/model/torch/sampler.hpp"
 
 namespace kbrl::model::detail {
 
-// logits [R, vocab], uniforms [R] float64 (unused when greedy) -> (tokens [R] int64, their
-// log-probabilities [R] float32 under the sampling distribution). No host synchronization.
-std::pair<at::Tensor, at::Tensor> draw_tokens(const at::Tensor& logits, const SamplingParams& params,
-                                              const at::Tensor& uniforms);
+// The step: inputs [R, 4 + W] int32 (per row: token, position, slot, context length, then the
+// block table), uniforms [R] float64 -> out [2, R] float64 (drawn tokens, their logprobs). All
+// three on the device.
+using StepBody = std::function<void(const at::Tensor& inputs, const at::Tensor& uniforms, at::Tensor& out)>;
 
-// A decode step (DecoderModel::decode_step on the last tokens, then draw_tokens) captured once
-// in a CUDA graph for a fixed batch and attention span, replayed once per token.
 class DecodeGraph {
  public:
   virtual ~DecodeGraph() = default;
-  // One step: uniforms for every row (any value for greedy or finished rows); returns the host
-  // tensor [2, B] float64: the drawn tokens and their log-probabilities. The cache advances one
-  // column (its host length too).
-  virtual at::Tensor step(const std::vector<double>& uniforms) = 0;
-  // The cache columns the step attends to: steps run while cache.length() < span().
-  virtual std::int64_t span() const = 0;
+  // Copies the host inputs [r, 4 + W] int32 and uniforms [r] float64 (r <= rows()) into the
+  // graph's buffers (rows past r keep the padding the graph was captured with), replays, and
+  // returns the host tensor [2, rows()] float64.
+  virtual at::Tensor step(const at::Tensor& inputs, const at::Tensor& uniforms) = 0;
+  virtual std::int64_t rows() const = 0;
 };
 
 // Whether this build of kbrl can capture CUDA graphs (libtorch with CUDA).
 bool cuda_graphs_built();
 
-// Captures the step for `cache` (batch B, the model's device) whose rows last drew
-// `last_tokens` [B] (host); span: cache.length() < span <= cache.capacity(). The graph keeps
-// references to the cache's tensors: the cache must not be replaced or resized while it lives.
-// Throws where cuda_graphs_built() is false.
-std::unique_ptr<DecodeGraph> capture_decode_graph(const DecoderModel& model, KvCache& cache,
-                                                  const std::vector<std::int64_t>& last_tokens,
-                                                  const SamplingParams& params, std::int64_t span);
+// Captures `body` for `rows` rows whose inputs start as `padding` [rows, 4 + W] int32 (host):
+// rows that must not touch real state (a step on them is harmless). Graphs given the same pool
+// (from new_graph_pool) share their memory: replay them one at a time.
+using GraphPool = std::pair<unsigned long long, unsigned long long>;  // libtorch's MempoolId_t
+std::unique_ptr<DecodeGraph> capture_decode_graph(const StepBody& body, const at::Tensor& padding, c10::Device device,
+                                                  GraphPool pool);
+GraphPool new_graph_pool();
+
+// Device memory free now (bytes), or -1 where it cannot be known.
+std::int64_t device_free_bytes(c10::Device device);
 
 }  // namespace kbrl::model::detail

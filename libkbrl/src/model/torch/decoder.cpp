@@ -16,6 +16,7 @@
 #include "kbrl/model/checkpoint.hpp"
 #include "kbrl/model/torch/torch_tensors.hpp"
 #include "kbrl/model/torch/train_forward.hpp"
+#include "decode_ops.hpp"
 
 namespace kbrl::model {
 namespace fs = std::filesystem;
@@ -46,6 +47,23 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 at::Tensor rotate_half(const at::Tensor& x) {
   const auto half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// Copies the tensors into one storage, one after the other, and makes each a view of its part.
+// Does nothing unless all are defined (a missing tensor is reported by load()).
+void place_side_by_side(const std::vector<at::Tensor*>& parts) {
+  std::vector<at::Tensor> all;
+  for (const at::Tensor* t : parts) {
+    if (!t->defined()) return;
+    all.push_back(*t);
+  }
+  const at::Tensor joined = at::cat(all, 0);
+  std::int64_t offset = 0;
+  for (at::Tensor* t : parts) {
+    const auto rows = t->size(0);
+    *t = joined.narrow(0, offset, rows);
+    offset += rows;
+  }
 }
 
 // Inverse frequencies [D/2] in float32, computed with the same tensor ops as transformers'
@@ -126,6 +144,36 @@ void KvCache::reserve(std::int64_t columns) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// PagedKvCache
+
+PagedKvCache::PagedKvCache(const ModelConfig& config, std::int64_t num_blocks, std::int64_t block_size,
+                           const c10::TensorOptions& options) {
+  if (num_blocks <= 0 || block_size <= 0)
+    throw core::InvalidArgument(core::cat("PagedKvCache: ", num_blocks, " blocks of ", block_size,
+                                            " tokens: both must be positive"));
+  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    keys_.push_back(at::zeros({num_blocks, block_size, config.num_key_value_heads, config.head_dim}, options));
+    values_.push_back(at::zeros({num_blocks, block_size, config.num_key_value_heads, config.head_dim}, options));
+  }
+}
+
+std::int64_t PagedKvCache::bytes_per_token(const ModelConfig& config, c10::ScalarType dtype) {
+  return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim *
+         static_cast<std::int64_t>(c10::elementSize(dtype));
+}
+
+void PagedKvCache::copy_from(const KvCache& dense, const at::Tensor& rows, const at::Tensor& columns,
+                             const at::Tensor& slots) {
+  using at::indexing::Slice;
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    const auto Hkv = keys_[l].size(2), D = keys_[l].size(3);
+    // dense [B, Hkv, capacity, D] at (rows[i], :, columns[i]) -> [N, Hkv, D]
+    keys_[l].view({-1, Hkv, D}).index_copy_(0, slots, dense.keys(l).index({rows, Slice(), columns}));
+    values_[l].view({-1, Hkv, D}).index_copy_(0, slots, dense.values(l).index({rows, Slice(), columns}));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Loading
 
 DecoderModel DecoderModel::load(const fs::path& dir, const LoadOptions& options) {
@@ -176,6 +224,11 @@ DecoderModel DecoderModel::load(const fs::path& dir, const LoadOptions& options)
     layer.gate_proj = linear(p + "mlp.gate_proj", I, H, c.mlp_bias);
     layer.up_proj = linear(p + "mlp.up_proj", I, H, c.mlp_bias);
     layer.down_proj = linear(p + "mlp.down_proj", H, I, c.mlp_bias);
+    // q, k, v and gate, up side by side in memory: decoding multiplies each group in one GEMM.
+    place_side_by_side({&layer.q_proj.weight, &layer.k_proj.weight, &layer.v_proj.weight});
+    place_side_by_side({&layer.q_proj.bias, &layer.k_proj.bias, &layer.v_proj.bias});
+    place_side_by_side({&layer.gate_proj.weight, &layer.up_proj.weight});
+    place_side_by_side({&layer.gate_proj.bias, &layer.up_proj.bias});
     w.layers.push_back(std::move(layer));
   }
   w.norm = take("model.norm.weight", {H});
@@ -242,8 +295,7 @@ KvCache DecoderModel::make_cache(std::int64_t batch, std::int64_t capacity) cons
 
 at::Tensor DecoderModel::attention(const DecoderLayer& layer, const at::Tensor& x, const at::Tensor& cos,
                                    const at::Tensor& sin, const at::Tensor& mask, KvCache* cache,
-                                   std::size_t layer_index, std::int64_t past, const at::Tensor& column,
-                                   std::int64_t span) const {
+                                   std::size_t layer_index, std::int64_t past) const {
   const auto B = x.size(0), T = x.size(1);
   const auto H = config_.num_attention_heads, Hkv = config_.num_key_value_heads, D = config_.head_dim;
   const auto group = H / Hkv;
@@ -263,12 +315,7 @@ at::Tensor DecoderModel::attention(const DecoderLayer& layer, const at::Tensor& 
   k = k * c + rotate_half(k) * s;
 
   at::Tensor keys = k, values = v;  // [B, Hkv, S, D], S = past + T
-  if (column.defined()) {
-    cache->keys_[layer_index].index_copy_(2, column, k);
-    cache->values_[layer_index].index_copy_(2, column, v);
-    keys = cache->keys_[layer_index].narrow(2, 0, span);
-    values = cache->values_[layer_index].narrow(2, 0, span);
-  } else if (cache != nullptr) {
+  if (cache != nullptr) {
     cache->keys_[layer_index].narrow(2, past, T).copy_(k);
     cache->values_[layer_index].narrow(2, past, T).copy_(v);
     keys = cache->keys_[layer_index].narrow(2, 0, past + T);
@@ -311,8 +358,6 @@ struct DecoderModel::Prepared {
   at::Tensor mask;          // [B, 1, T, S]
   at::Tensor cos, sin;      // [B, T, D] in the model's dtype
   std::int64_t past = 0;
-  at::Tensor column;        // decode_step: the device-side cache column, and
-  std::int64_t span = 0;    // the columns attended to
 };
 
 DecoderModel::Prepared DecoderModel::prepare(const at::Tensor& input_ids, const at::Tensor& attention_mask,
@@ -371,7 +416,7 @@ at::Tensor DecoderModel::layer_forward(const DecoderLayer& layer, const at::Tens
                                        KvCache* cache, std::size_t layer_index) const {
   const at::Tensor a =
       h + attention(layer, rms_norm(h, layer.input_norm, config_.rms_norm_eps), in.cos, in.sin, in.mask, cache,
-                    layer_index, in.past, in.column, in.span);
+                    layer_index, in.past);
   const at::Tensor x = rms_norm(a, layer.post_attention_norm, config_.rms_norm_eps);
   return a + layer.down_proj.forward(at::silu(layer.gate_proj.forward(x)) * layer.up_proj.forward(x));
 }
@@ -390,26 +435,80 @@ at::Tensor DecoderModel::forward(const at::Tensor& input_ids, const at::Tensor& 
   return weights_.lm_head.forward(rms_norm(h, weights_.norm, config_.rms_norm_eps));  // [B, T|1, vocab]
 }
 
-at::Tensor DecoderModel::decode_step(const at::Tensor& ids, KvCache& cache, const at::Tensor& column,
-                                     std::int64_t span) const {
-  // The new column holds a real token in every row; the row's position is its real-token count.
-  cache.valid_.index_fill_(1, column, true);
-  Prepared in;
-  in.ids = ids;
-  in.column = column;
-  in.span = span;
-  // mask [B, 1, 1, span]: every valid column up to this one; later columns are not valid yet.
-  in.mask = cache.valid_.narrow(1, 0, span).unsqueeze(1).unsqueeze(1);
-  const at::Tensor freqs = cache.lengths_.unsqueeze(1).to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, 1, D/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);
-  in.cos = emb.cos().to(options_.dtype);
-  in.sin = emb.sin().to(options_.dtype);
+namespace {
 
-  at::Tensor h = at::embedding(weights_.embed_tokens, ids);  // [B, 1, hidden]
-  for (std::size_t l = 0; l < weights_.layers.size(); ++l) h = layer_forward(weights_.layers[l], h, in, &cache, l);
-  cache.lengths_.add_(1);
-  column.add_(1);
-  return weights_.lm_head.forward(rms_norm(h, weights_.norm, config_.rms_norm_eps));  // [B, 1, vocab]
+// The weights (or biases) of `parts` as one tensor [sum of rows, ...] when they lie side by side
+// in one storage, in order, as load() places q, k, v and gate, up; else undefined.
+at::Tensor adjacent(const std::vector<const at::Tensor*>& parts) {
+  const at::Tensor& first = *parts.front();
+  if (!first.defined()) return {};
+  std::int64_t rows = 0;
+  const char* expected = static_cast<const char*>(first.data_ptr());
+  for (const at::Tensor* t : parts) {
+    if (!t->defined() || !t->is_contiguous() || t->dim() != first.dim() || t->scalar_type() != first.scalar_type() ||
+        !t->storage().is_alias_of(first.storage()) || static_cast<const char*>(t->data_ptr()) != expected ||
+        (t->dim() == 2 && t->size(1) != first.size(1)))
+      return {};
+    expected += t->nbytes();
+    rows += t->size(0);
+  }
+  if (first.dim() == 1) return first.as_strided({rows}, {1}, first.storage_offset());
+  return first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
+}
+
+// The outputs of several projections of one input side by side, [R, sum of outs]: one GEMM where
+// their weights are adjacent (LoRA terms added to their columns afterwards, as Linear::forward
+// adds them), else one per projection.
+at::Tensor project(const std::vector<const Linear*>& parts, const at::Tensor& x) {
+  std::vector<const at::Tensor*> weights, biases;
+  for (const Linear* p : parts) {
+    weights.push_back(&p->weight);
+    biases.push_back(&p->bias);
+  }
+  const at::Tensor w = adjacent(weights), b = adjacent(biases);
+  const bool biased = parts.front()->bias.defined();
+  if (!w.defined() || (biased && !b.defined())) {
+    std::vector<at::Tensor> outs;
+    for (const Linear* p : parts) outs.push_back(p->forward(x));
+    return at::cat(outs, -1);
+  }
+  at::Tensor y = at::linear(x, w, biased ? b : at::Tensor());
+  std::int64_t offset = 0;
+  for (const Linear* p : parts) {
+    const auto out = p->weight.size(0);
+    if (p->lora) {
+      at::Tensor cols = y.narrow(-1, offset, out);
+      const at::Tensor xa = x.to(p->lora->a.scalar_type());
+      cols.copy_(cols + at::linear(at::linear(xa, p->lora->a), p->lora->b) * p->lora->scale);
+    }
+    offset += out;
+  }
+  return y;
+}
+
+}  // namespace
+
+at::Tensor DecoderModel::decode_paged(const PagedStep& step, PagedKvCache& cache, bool portable) const {
+  const ModelConfig& c = config_;
+  const auto R = step.ids.size(0), H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const double eps = c.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor h = at::embedding(weights_.embed_tokens, step.ids);  // [R, hidden], the residual stream
+  at::Tensor x = at::empty_like(h);                               // the normalised input of a sublayer
+  at::Tensor delta;  // the last sublayer's output, added to h by the next norm
+  for (std::size_t l = 0; l < weights_.layers.size(); ++l) {
+    const DecoderLayer& layer = weights_.layers[l];
+    detail::add_rms_norm(h, delta, layer.input_norm, x, eps, portable);
+    const at::Tensor qkv = project({&layer.q_proj, &layer.k_proj, &layer.v_proj}, x);  // [R, (H + 2 Hkv) D]
+    const at::Tensor q = detail::rope_write_kv(qkv, step.positions, inv_freq_, layer.q_norm, layer.k_norm, eps, H,
+                                               Hkv, cache.keys(l), cache.values(l), step.slots, portable);
+    const at::Tensor attn = detail::paged_attention(q, cache.keys(l), cache.values(l), step.block_tables,
+                                                    step.context_lens, scale, portable);  // [R, H, D]
+    delta = layer.o_proj.forward(attn.view({R, H * D}));
+    detail::add_rms_norm(h, delta, layer.post_attention_norm, x, eps, portable);
+    delta = layer.down_proj.forward(detail::silu_mul(project({&layer.gate_proj, &layer.up_proj}, x), portable));
+  }
+  detail::add_rms_norm(h, delta, weights_.norm, x, eps, portable);
+  return weights_.lm_head.forward(x);  // [R, vocab]
 }
 
 namespace {

@@ -98,9 +98,6 @@ class KvCache {
   KvCache select_rows(const at::Tensor& rows) const;
   // Makes room for `columns` more columns (forward grows the cache by itself when needed).
   void reserve(std::int64_t columns);
-  // After `steps` runs of DecoderModel::decode_step (which cannot touch host-side state when
-  // replayed from a CUDA graph): length() follows the columns they filled.
-  void note_decoded(std::int64_t steps) { length_ += steps; }
 
  private:
   friend class DecoderModel;
@@ -110,6 +107,42 @@ class KvCache {
   at::Tensor valid_;
   at::Tensor lengths_;
   std::int64_t length_ = 0;
+};
+
+// Keys and values of every layer in fixed-size blocks that any sequence may use (the paged
+// layout of vLLM): keys(l), values(l) [num_blocks, block_size, kv_heads, D] in the model's dtype.
+// Token t of a sequence sits in block table[t / block_size] at offset t % block_size; which
+// blocks a sequence holds is the caller's bookkeeping (the Sampler's), so memory follows the
+// tokens in flight and sequences can share blocks (a prompt's, by its n samples).
+class PagedKvCache {
+ public:
+  PagedKvCache(const ModelConfig& config, std::int64_t num_blocks, std::int64_t block_size,
+               const c10::TensorOptions& options);
+  // Bytes one token's keys and values take over all layers.
+  static std::int64_t bytes_per_token(const ModelConfig& config, c10::ScalarType dtype);
+
+  std::int64_t num_blocks() const { return keys_.front().size(0); }
+  std::int64_t block_size() const { return keys_.front().size(1); }
+  at::Tensor& keys(std::size_t layer) { return keys_.at(layer); }
+  at::Tensor& values(std::size_t layer) { return values_.at(layer); }
+
+  // Copies a dense cache's entries into slots (slot = block * block_size + offset): for each i,
+  // row rows[i], column columns[i] of every layer of `dense` goes to slots[i]. [N] int64 each.
+  void copy_from(const KvCache& dense, const at::Tensor& rows, const at::Tensor& columns, const at::Tensor& slots);
+
+ private:
+  std::vector<at::Tensor> keys_;
+  std::vector<at::Tensor> values_;
+};
+
+// One decoding step over a PagedKvCache: one new token per row, every tensor on the model's
+// device (DecoderModel::decode_paged).
+struct PagedStep {
+  at::Tensor ids;           // [R] int64: each row's new token
+  at::Tensor positions;     // [R] int64: its position (the tokens before it in the sequence)
+  at::Tensor slots;         // [R] int64: where its key and value go (block * block_size + offset)
+  at::Tensor block_tables;  // [R, W] int32: the row's blocks in sequence order (unused entries: any block)
+  at::Tensor context_lens;  // [R] int32: positions + 1, the tokens attended to
 };
 
 // The training forward (DecoderModel::hidden_states, token_logprobs in train_forward.hpp).
@@ -153,15 +186,13 @@ class DecoderModel {
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, KvCache* cache = nullptr,
                      bool last_only = false) const;
 
-  // One decoding step in a form a CUDA graph can capture (the Sampler's fast path on CUDA):
-  //   ids     [B, 1] int64 on the model's device, one new token per row
-  //   column  int64 [1] on the device: the cache column the tokens go to; incremented in place
-  //   span    the step attends to the cache's first `span` columns (a host number, fixed in a graph)
-  // returns logits [B, 1, vocab]. No host synchronization and no checks: the caller keeps
-  // column < span <= capacity and ids inside the vocabulary. The cache's tensors change in
-  // place (keys, values, valid, lengths), its host-side length() does not: note_decoded.
-  // Same arithmetic as forward() with the cache, over a longer span of masked columns.
-  at::Tensor decode_step(const at::Tensor& ids, KvCache& cache, const at::Tensor& column, std::int64_t span) const;
+  // One decoding step over a paged cache, in a form a CUDA graph can capture (no host
+  // synchronization, no checks: the caller keeps ids inside the vocabulary and the block tables
+  // valid). Writes each row's key and value at its slot and returns logits [R, vocab]. The same
+  // arithmetic as forward() with a cache; on CUDA it runs fused kernels (decode_ops.hpp) and one
+  // GEMM for q, k and v and one for gate and up where the weights are adjacent (load() lays
+  // them out so). `portable`: torch ops only (the kernels' reference).
+  at::Tensor decode_paged(const PagedStep& step, PagedKvCache& cache, bool portable = false) const;
 
   // The training forward: no cache, the final norm applied, [B, T, hidden] in the model's dtype,
   // differentiable with respect to every tensor that requires grad. Padding may sit on either
@@ -174,11 +205,9 @@ class DecoderModel {
   Prepared prepare(const at::Tensor& input_ids, const at::Tensor& attention_mask, KvCache* cache) const;
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& h, const Prepared& in, KvCache* cache,
                            std::size_t layer_index) const;
-  // Writes this step's keys and values into the cache at columns past..past+T-1, or, when
-  // `column` is defined, at that device-side column (decode_step); attends to columns 0..span-1.
+  // Writes this step's keys and values into the cache at columns past..past+T-1.
   at::Tensor attention(const DecoderLayer& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                       const at::Tensor& mask, KvCache* cache, std::size_t layer_index, std::int64_t past,
-                       const at::Tensor& column = {}, std::int64_t span = 0) const;
+                       const at::Tensor& mask, KvCache* cache, std::size_t layer_index, std::int64_t past) const;
 
   ModelConfig config_;
   DecoderWeights weights_;

@@ -1,12 +1,14 @@
-// Sampling from a DecoderModel (part of kbrl::torch): a batch of prompts is prefilled once, each
-// prompt's cache rows are copied n times, and every sample draws its tokens from counter-based
-// uniforms keyed by (seed, prompt, sample, step), so a sample does not depend on its batch.
+// Sampling from a DecoderModel (part of kbrl::torch): continuous batching over a paged KV cache,
+// each prompt prefilled once for its n samples, and every sample drawing its tokens from
+// counter-based uniforms keyed by (seed, prompt, sample, step), so a sample does not depend on
+// its batch.
 // docs/model.md "Sampler": the exact semantics of logprobs, stop strings and determinism.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,15 +68,43 @@ at::Tensor sampling_logprobs(const at::Tensor& logits, const SamplingParams& par
 double sampling_uniform(std::uint64_t seed, std::uint64_t prompt, std::uint64_t sample, std::uint64_t step);
 
 struct SamplerOptions {
-  // On a CUDA device, decode by replaying CUDA graphs of the whole step (model and draw) instead
-  // of launching each kernel from the host: same arithmetic, attention over a longer masked span.
-  // Needs libtorch with CUDA (detail: src/model/torch/cuda/decode_graph.cpp); ignored elsewhere.
+  // On a CUDA device, decode by replaying CUDA graphs of the whole step (model and draw), one per
+  // batch-size bucket, instead of launching each kernel from the host. Needs libtorch with CUDA
+  // (src/model/torch/cuda/decode_graph.cpp); ignored elsewhere.
   bool cuda_graphs = true;
-  // A graph attends to a fixed number of cache columns, a multiple of this; a longer sample
-  // captures the next size when it gets there.
-  std::int64_t graph_span_step = 256;
+  // Continuous batching: finished rows leave and waiting requests join at every step. false:
+  // fixed batches (a batch is filled, then run until its last row finishes), for comparison.
+  bool continuous = true;
+  std::int64_t max_batch = 256;  // rows decoded together at most
+  std::int64_t block_size = 16;  // tokens per KV-cache block
+  // KV-cache capacity in tokens. 0: what the requests can need at most (generate), capped on
+  // CUDA at kv_cache_memory_fraction of the device memory free when sampling starts.
+  std::int64_t kv_cache_tokens = 0;
+  double kv_cache_memory_fraction = 0.8;
+  std::int64_t max_prefill_tokens = 16384;  // padded tokens per prefill forward (one longer prompt goes alone)
+  bool portable = false;  // torch ops instead of the CUDA kernels (the kernels' reference)
 };
 
+// One prompt to sample n continuations of; key keys its draws (two requests with the same key
+// and prompt draw the same uniforms).
+struct SampleRequest {
+  std::vector<std::int64_t> prompt;
+  std::int64_t n = 1;
+  std::uint64_t key = 0;
+};
+
+// Sampler::stream pulls requests from this while it has room: the next one, or nullopt when
+// none is waiting (stream returns once the source has none and every admitted sample finished).
+using RequestSource = std::function<std::optional<SampleRequest>()>;
+// Receives each sample as it finishes: index = its place in admission order (the n samples of
+// the k-th request pulled follow those of the requests before it), prompt_index = k.
+using SampleSink = std::function<void(std::size_t index, Sample&& sample)>;
+
+// Continuous batching over a paged KV cache (docs/model.md, "Sampler"): requests are prefilled
+// as rows free up (a prompt once for its n samples, which share its full blocks), every running
+// row decodes one token per step, and a row that finishes frees its blocks at once. When blocks
+// run out, the youngest row is preempted and later recomputed from its tokens; its draws do not
+// change, since they depend on (seed, key, sample, step) only.
 class Sampler {
  public:
   explicit Sampler(const DecoderModel& model, TokenBytes token_bytes = {}, SamplerOptions options = {});
@@ -89,10 +119,30 @@ class Sampler {
                                const SamplingParams& params, const std::vector<std::uint64_t>& prompt_keys = {},
                                const TokenCallback& on_token = {}) const;
 
+  // The same over a queue: requests join while others run, samples come out as they finish.
+  void stream(const RequestSource& next_request, const SamplingParams& params, const SampleSink& on_finished,
+              const TokenCallback& on_token = {}) const;
+
+  // What the last generate / stream did (for benchmarks and logs).
+  struct Stats {
+    std::int64_t steps = 0;            // decode steps
+    std::int64_t decoded_tokens = 0;   // tokens drawn by decode steps (prefill draws excluded)
+    std::int64_t prefills = 0;         // prefill forwards
+    std::int64_t preemptions = 0;      // rows preempted for lack of blocks
+    std::int64_t cache_blocks = 0;     // blocks in the paged cache
+    std::int64_t peak_blocks = 0;      // most blocks in use at once
+    std::int64_t graphs_captured = 0;  // CUDA graphs captured
+  };
+  const Stats& stats() const { return stats_; }
+
  private:
+  void run(const RequestSource& next_request, std::int64_t needed_tokens, const SamplingParams& params,
+           const SampleSink& on_finished, const TokenCallback& on_token) const;
+
   const DecoderModel* model_;
   TokenBytes token_bytes_;
   SamplerOptions options_;
+  mutable Stats stats_;
 };
 
 }  // namespace kbrl::model

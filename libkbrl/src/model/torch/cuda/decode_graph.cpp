@@ -1,10 +1,11 @@
-// CUDA-graph capture and replay of the Sampler's decode step. Compiled only where libtorch has
-// CUDA (KBRL_CUDA_GRAPHS); sampler.cpp carries the stand-in otherwise.
+// CUDA-graph capture and replay of the Sampler's decoding step. Compiled only where libtorch has
+// CUDA (KBRL_CUDA_GRAPHS); sampler.cpp carries the stand-ins otherwise.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include "../decode_graph.hpp"
 
@@ -14,17 +15,18 @@ namespace {
 
 class CudaDecodeGraph final : public DecodeGraph {
  public:
-  CudaDecodeGraph(const DecoderModel& model, KvCache& cache, const std::vector<std::int64_t>& last_tokens,
-                  const SamplingParams& params, std::int64_t span)
-      : model_(model), cache_(cache), params_(params), span_(span) {
-    const c10::Device device = model.device();
-    const auto B = static_cast<std::int64_t>(last_tokens.size());
+  CudaDecodeGraph(const StepBody& body, const at::Tensor& padding, c10::Device device, GraphPool pool) {
+    const auto R = padding.size(0);
     const at::TensorOptions on = at::TensorOptions().device(device);
-    // Inputs and outputs live outside the graph's pool, at fixed addresses.
-    ids_ = at::tensor(last_tokens, at::kLong).view({B, 1}).to(device);
-    column_ = at::full({1}, cache.length(), on.dtype(at::kLong));
-    uniforms_ = at::full({B}, 0.5, on.dtype(at::kDouble));
-    out_ = at::zeros({2, B}, on.dtype(at::kDouble));
+    // Inputs and outputs live outside the graph's pool, at fixed addresses; the host side is
+    // pinned so that the copies in and out are single asynchronous transfers.
+    padding_ = padding.clone();
+    host_inputs_ = padding.clone().pin_memory();
+    host_uniforms_ = at::full({R}, 0.5, at::kDouble).pin_memory();
+    host_out_ = at::zeros({2, R}, at::kDouble).pin_memory();
+    inputs_ = padding.to(device);
+    uniforms_ = at::full({R}, 0.5, on.dtype(at::kDouble));
+    out_ = at::zeros({2, R}, on.dtype(at::kDouble));
 
     const c10::cuda::OptionalCUDAGuard device_guard(device);
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
@@ -34,16 +36,11 @@ class CudaDecodeGraph final : public DecodeGraph {
     ready.block(side);
     {
       const c10::cuda::CUDAStreamGuard stream_guard(side);
-      // One eager run first (cuBLAS workspaces, kernel choices), then its state changes undone:
-      // the column it wrote is written again, with the same values, by the first replay.
-      const at::Tensor lengths = cache.lengths().clone();
-      const at::Tensor ids = ids_.clone();
-      body();
-      cache.lengths().copy_(lengths);
-      ids_.copy_(ids);
-      column_.fill_(cache.length());
-      graph_.capture_begin();
-      body();
+      // One eager run first (cuBLAS workspaces, kernel choices): on padding rows only, which
+      // write to the cache's spare block and nowhere else.
+      body(inputs_, uniforms_, out_);
+      graph_.capture_begin(pool);
+      body(inputs_, uniforms_, out_);
       graph_.capture_end();
     }
     at::cuda::CUDAEvent captured;
@@ -51,29 +48,23 @@ class CudaDecodeGraph final : public DecodeGraph {
     captured.block(current);
   }
 
-  at::Tensor step(const std::vector<double>& uniforms) override {
-    uniforms_.copy_(at::tensor(uniforms, at::kDouble));
+  at::Tensor step(const at::Tensor& inputs, const at::Tensor& uniforms) override {
+    const auto r = inputs.size(0);
+    host_inputs_.narrow(0, 0, r).copy_(inputs);
+    host_inputs_.narrow(0, r, rows() - r).copy_(padding_.narrow(0, r, rows() - r));
+    host_uniforms_.narrow(0, 0, r).copy_(uniforms);
+    inputs_.copy_(host_inputs_, /*non_blocking=*/true);
+    uniforms_.copy_(host_uniforms_, /*non_blocking=*/true);
     graph_.replay();
-    cache_.note_decoded(1);
-    return out_.to(at::kCPU);  // waits for the step
+    host_out_.copy_(out_, /*non_blocking=*/true);
+    c10::cuda::getCurrentCUDAStream(out_.device().index()).synchronize();
+    return host_out_;
   }
 
-  std::int64_t span() const override { return span_; }
+  std::int64_t rows() const override { return inputs_.size(0); }
 
  private:
-  void body() {
-    const at::Tensor logits = model_.decode_step(ids_, cache_, column_, span_).squeeze(1);  // [B, vocab]
-    const auto [next, logprobs] = draw_tokens(logits, params_, uniforms_);
-    out_.select(0, 0).copy_(next);
-    out_.select(0, 1).copy_(logprobs);
-    ids_.copy_(next.unsqueeze(1));
-  }
-
-  const DecoderModel& model_;
-  KvCache& cache_;
-  SamplingParams params_;
-  std::int64_t span_;
-  at::Tensor ids_, column_, uniforms_, out_;
+  at::Tensor padding_, host_inputs_, host_uniforms_, host_out_, inputs_, uniforms_, out_;
   at::cuda::CUDAGraph graph_;
 };
 
@@ -81,10 +72,18 @@ class CudaDecodeGraph final : public DecodeGraph {
 
 bool cuda_graphs_built() { return true; }
 
-std::unique_ptr<DecodeGraph> capture_decode_graph(const DecoderModel& model, KvCache& cache,
-                                                  const std::vector<std::int64_t>& last_tokens,
-                                                  const SamplingParams& params, std::int64_t span) {
-  return std::make_unique<CudaDecodeGraph>(model, cache, last_tokens, params, span);
+std::unique_ptr<DecodeGraph> capture_decode_graph(const StepBody& body, const at::Tensor& padding, c10::Device device,
+                                                  GraphPool pool) {
+  return std::make_unique<CudaDecodeGraph>(body, padding, device, pool);
+}
+
+GraphPool new_graph_pool() { return at::cuda::graph_pool_handle(); }
+
+std::int64_t device_free_bytes(c10::Device device) {
+  const c10::cuda::OptionalCUDAGuard guard(device);
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
+  return static_cast<std::int64_t>(free);
 }
 
 }  // namespace kbrl::model::detail
