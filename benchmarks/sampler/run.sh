@@ -8,8 +8,9 @@
 # Needs the cuda preset's kbrl_bench_sampler (cmake --build --preset cuda --target
 # kbrl_bench_sampler), python3 with torch and transformers, ~4 GB of disk. Writes kbrl.json,
 # transformers-static.json, transformers-dynamic.json, machine.json and results.md into the out
-# dir. SAMPLER_ARGS passes options to every side (e.g. "--batches 16 --new-tokens 128"). About 8
-# minutes on an H100.
+# dir. SAMPLER_ARGS passes options to every side (e.g. "--batches 16 --new-tokens 128");
+# SAMPLER_CACHES="static" skips the dynamic cache (then its column reads "-"). About 8 minutes on
+# an H100, 4 without the dynamic cache.
 set -euo pipefail
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
@@ -26,8 +27,8 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/kbrl-sampler-bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 "$python" "$here/sampler_bench.py" make "$work/model"
 # shellcheck disable=SC2086
-"$bench" "$work/model" --json "$out/kbrl.json" ${SAMPLER_ARGS:-}
-for cache in static dynamic; do
+"$bench" "$work/model" --json "$out/kbrl.json" --profile ${SAMPLER_ARGS:-}
+for cache in ${SAMPLER_CACHES:-static dynamic}; do
   # shellcheck disable=SC2086
   "$python" "$here/sampler_bench.py" transformers "$work/model" --cache $cache --json "$out/transformers-$cache.json" ${SAMPLER_ARGS:-}
 done

@@ -6,6 +6,8 @@
                                               transformers' generate, measured as decode.cpp measures
   sampler_bench.py summarize <out>            results.md from kbrl.json, transformers-static.json,
                                               transformers-dynamic.json, machine.json
+  sampler_bench.py config <dir> [--shapes ..]  config.json alone (kbrl_bench_rollout --random-weights)
+  sampler_bench.py rollout-summary <out>      rollout.md from rollout.sh's files
 
 transformers runs generate with sdpa attention, sampling at temperature 1 with top-k and top-p off
 and min_new_tokens = max_new_tokens, so every row runs to the end, as kbrl's rows do, with either
@@ -104,7 +106,8 @@ def run_transformers(args):
 def summarize(args):
     out = args.out
     kb = json.load(open(os.path.join(out, "kbrl.json")))
-    tf = {c: json.load(open(os.path.join(out, f"transformers-{c}.json"))) for c in ("static", "dynamic")}
+    tf = {c: json.load(open(os.path.join(out, f"transformers-{c}.json"))) for c in ("static", "dynamic")
+          if os.path.exists(os.path.join(out, f"transformers-{c}.json"))}
     machine = json.load(open(os.path.join(out, "machine.json")))
     cfg = machine["config"]
     weight_bytes = machine["weight_bytes"]
@@ -131,17 +134,78 @@ def summarize(args):
     rows = {c: {r["batch"]: r for r in t["rows"]} for c, t in tf.items()}
     for r in kb["rows"]:
         b = r["batch"]
-        s_row, d_row = rows["static"].get(b), rows["dynamic"].get(b)
-        if not s_row or not d_row:
+        s_row, d_row = rows["static"].get(b), rows.get("dynamic", {}).get(b)
+        if not s_row:
             continue
         roof = b * bw / (weight_bytes + b * (P + N / 2) * kv_per_token) if bw else None
         pct = (lambda x: f"{100 * x / roof:.0f}%") if roof else (lambda x: "-")
-        k, t, d = r["decode_tokens_per_s"], s_row["decode_tokens_per_s"], d_row["decode_tokens_per_s"]
-        lines.append(f"| {b} | {k:.0f} | {t:.0f} | {k / t:.2f}x | {d:.0f} | {roof:.0f} | {pct(k)} | {pct(t)} |"
-                     if roof else f"| {b} | {k:.0f} | {t:.0f} | {k / t:.2f}x | {d:.0f} | - | - | - |")
+        k, t = r["decode_tokens_per_s"], s_row["decode_tokens_per_s"]
+        d = f"{d_row['decode_tokens_per_s']:.0f}" if d_row else "-"
+        lines.append(f"| {b} | {k:.0f} | {t:.0f} | {k / t:.2f}x | {d} | {roof:.0f} | {pct(k)} | {pct(t)} |"
+                     if roof else f"| {b} | {k:.0f} | {t:.0f} | {k / t:.2f}x | {d} | - | - | - |")
+    profiled = [r for r in kb["rows"] if "kernel_us" in r]
+    if profiled:
+        groups = sorted({g for r in profiled for g in r["kernel_us"]},
+                        key=lambda g: -max(r["kernel_us"].get(g, 0) for r in profiled))
+        ideal = {r["batch"]: (weight_bytes + r["batch"] * (P + N / 2) * kv_per_token) / bw * 1e6 if bw else None
+                 for r in profiled}
+        lines += ["", "Where a decode step's time goes (kbrl): GPU time per step by kernel group, from libtorch's "
+                  "profiler over eager steps (the graph replays the same kernels); microseconds, and the share of "
+                  "the graphed step's wall time. \"roofline\" is the step at peak bandwidth.", "",
+                  "| kernel group | " + " | ".join(f"batch {r['batch']}" for r in profiled) + " |",
+                  "|---|" + "---:|" * len(profiled)]
+        for g in groups:
+            lines.append(f"| {g} | " + " | ".join(
+                f"{r['kernel_us'].get(g, 0):.0f} ({100 * r['kernel_us'].get(g, 0) / r['step_us']:.0f}%)"
+                for r in profiled) + " |")
+        lines.append("| all kernels | " + " | ".join(
+            f"{sum(r['kernel_us'].values()):.0f} ({100 * sum(r['kernel_us'].values()) / r['step_us']:.0f}%)"
+            for r in profiled) + " |")
+        lines.append("| graphed step (wall) | " + " | ".join(f"{r['step_us']:.0f}" for r in profiled) + " |")
+        if bw:
+            lines.append("| roofline step | " + " | ".join(f"{ideal[r['batch']]:.0f}" for r in profiled) + " |")
     lines += ["", "Re-run on the GPU machine: `bash benchmarks/sampler/run.sh [build/cuda] [out dir]`.", ""]
     text = "\n".join(lines)
     with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+def write_config(args):
+    from transformers import Qwen2Config
+    shapes = SHAPES if args.shapes == "1.5b" else OTHER_SHAPES[args.shapes]
+    Qwen2Config(**shapes).save_pretrained(args.dir)
+
+
+def rollout_summary(args):
+    out = args.out
+    gpu = open(os.path.join(out, "rollout-gpu.txt")).read().strip()
+    r15 = json.load(open(os.path.join(out, "rollout-1.5b.json")))
+    r7 = json.load(open(os.path.join(out, "rollout-7b-8k.json")))
+    by = {r["mode"]: r for r in r15["rows"]}
+    lines = ["# Rollout-shaped sampling: continuous batching vs fixed batches", "",
+             f"Machine: {gpu}. Random bf16 weights (Qwen2.5-Coder-1.5B's shapes), {r15['prompts']} prompts of "
+             f"{r15['prompt_tokens']} tokens x {r15['samples']} samples; completion lengths log-normal with median "
+             f"{r15['median']} and sigma {r15['sigma']}, clipped to {r15['max_tokens']} ({r15['completion_tokens']} "
+             f"tokens in all), each sample ending at its length; temperature 1; at most {r15['max_batch']} rows "
+             "decoded together in both modes.", "",
+             "| mode | seconds | tokens/s | decode steps | prefills | preemptions | peak GPU memory (GB) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for mode in ("continuous", "fixed"):
+        if mode in by:
+            r = by[mode]
+            lines.append(f"| {mode} | {r['seconds']:.1f} | {r['tokens_per_s']:.0f} | {r['steps']} | {r['prefills']} | "
+                         f"{r['preemptions']} | {r['peak_gpu_gb']:.1f} |")
+    if "continuous" in by and "fixed" in by:
+        lines += ["", f"Continuous / fixed: {by['continuous']['tokens_per_s'] / by['fixed']['tokens_per_s']:.2f}x."]
+    r = r7["rows"][0]
+    lines += ["", f"7B shapes (Qwen2.5-7B: 28 layers, 4 KV heads), {r7['prompts']} rows of {r7['prompt_tokens']} prompt "
+              f"tokens plus up to {r7['max_tokens']} new ones ({r7['prompts']} x ~{(r7['prompt_tokens'] + r7['max_tokens']) // 1000}k "
+              f"tokens in flight): peak GPU memory {r['peak_gpu_gb']:.1f} GB, {r['preemptions']} preemptions, "
+              f"{r['seconds']:.1f} s ({r['prefills']} prefills, {r['steps']} decode steps).",
+              "", "Re-run on the GPU machine: `bash benchmarks/sampler/rollout.sh [build/cuda] [out dir]`.", ""]
+    text = "\n".join(lines)
+    with open(os.path.join(out, "rollout.md"), "w") as f:
         f.write(text)
     print(text)
 
@@ -161,11 +225,17 @@ def main():
     t.add_argument("--new-tokens", type=int, default=256)
     t.add_argument("--repeats", type=int, default=3)
     t.add_argument("--json")
+    c = sub.add_parser("config")
+    c.add_argument("--shapes", choices=["1.5b", *OTHER_SHAPES], default="1.5b")
+    c.add_argument("dir")
+    r = sub.add_parser("rollout-summary")
+    r.add_argument("out")
     s = sub.add_parser("summarize")
     s.add_argument("out")
     s.add_argument("--hbm", type=float, help="peak HBM bandwidth in bytes/s (default: by GPU name)")
     args = ap.parse_args()
-    {"make": make, "transformers": run_transformers, "summarize": summarize}[args.cmd](args)
+    {"make": make, "transformers": run_transformers, "summarize": summarize, "config": write_config,
+     "rollout-summary": rollout_summary}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ void add_rms_norm(at::Tensor& residual, const at::Tensor& delta, const at::Tenso
 #ifdef KBRL_DECODE_KERNELS
   cuda::Dtype dt;
   if (use_kernels(residual, portable, &dt) && out.is_contiguous() && (!delta.defined() || delta.is_contiguous()) &&
-      weight.is_contiguous()) {
+      weight.is_contiguous() && weight.scalar_type() == residual.scalar_type()) {
     const c10::cuda::CUDAGuard guard(residual.device());
     cuda::add_rms_norm(dt, residual.data_ptr(), delta.defined() ? delta.data_ptr() : nullptr, weight.data_ptr(),
                        out.data_ptr(), static_cast<int>(residual.numel() / residual.size(-1)),
@@ -85,7 +85,8 @@ at::Tensor rope_write_kv(const at::Tensor& qkv, const at::Tensor& positions, con
                                             (heads + 2 * kv_heads) * D));
 #ifdef KBRL_DECODE_KERNELS
   cuda::Dtype dt;
-  if (use_kernels(qkv, portable, &dt) && k_pool.is_contiguous() && v_pool.is_contiguous()) {
+  if (use_kernels(qkv, portable, &dt) && k_pool.is_contiguous() && v_pool.is_contiguous() &&
+      (!q_norm.defined() || (q_norm.scalar_type() == qkv.scalar_type() && k_norm.scalar_type() == qkv.scalar_type()))) {
     const c10::cuda::CUDAGuard guard(qkv.device());
     at::Tensor q = at::empty({R, heads, D}, qkv.options());
     cuda::rope_write_kv(dt, qkv.data_ptr(), positions.data_ptr<std::int64_t>(), inv_freq.data_ptr<float>(),
@@ -125,7 +126,8 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const 
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor out = at::empty_like(q);
     const std::size_t bytes = cuda::paged_attention_workspace_bytes(
-        static_cast<int>(R), static_cast<int>(H), static_cast<int>(D), static_cast<int>(W), static_cast<int>(block_size));
+        static_cast<int>(R), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), static_cast<int>(W),
+        static_cast<int>(block_size));
     at::Tensor workspace;
     if (bytes > 0) workspace = at::empty({static_cast<std::int64_t>(bytes)}, q.options().dtype(at::kByte));
     cuda::paged_attention(dt, q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), block_tables.data_ptr<std::int32_t>(),

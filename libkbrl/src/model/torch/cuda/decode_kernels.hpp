@@ -25,7 +25,8 @@ void rope_write_kv(Dtype dtype, const void* qkv, const std::int64_t* positions, 
                    const std::int64_t* slots, int rows, int heads, int kv_heads, int head_dim, cudaStream_t stream);
 
 // Bytes of float workspace paged_attention needs for these sizes (0 when one pass suffices).
-std::size_t paged_attention_workspace_bytes(int rows, int heads, int head_dim, int max_blocks, int block_size);
+std::size_t paged_attention_workspace_bytes(int rows, int heads, int kv_heads, int head_dim, int max_blocks,
+                                            int block_size);
 
 // q, out [rows, heads, head_dim]; k_pool, v_pool [blocks, block_size, kv_heads, head_dim];
 // block_tables [rows, max_blocks]; context_lens [rows] (>= 1). workspace: as many bytes as
