@@ -341,7 +341,8 @@ TEST_CASE("decode_paged equals forward with the cache") {
         step.block_tables = tables.to(m.device());
         const at::Tensor y = m.decode_paged(step, paged, portable);
         x = m.forward(next.unsqueeze(1), {}, &eager, true).squeeze(1);
-        CHECK((x - y).abs().max().item<double>() < 1e-5);
+        // fp32; on CUDA the kernels sum in another order than torch's ops (the parity bound).
+        CHECK((x - y).abs().max().item<double>() < (m.device().is_cuda() ? 1e-4 : 1e-5));
       }
     }
   }

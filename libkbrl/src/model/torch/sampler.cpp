@@ -566,7 +566,9 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
     at::Tensor host;  // [2, >= R] float64: tokens and logprobs, the one host sync of a step
     if (graphs) {
       if (graph_width != width) {  // a longer sequence came: the graphs' block tables are too narrow
+        // Freeing every graph of a pool releases the pool: the new graphs need a new one.
         graph_of.clear();
+        graph_pool = detail::new_graph_pool();
         graph_width = width;
       }
       const std::int64_t G = graph_rows(R, options_.max_batch);
