@@ -186,17 +186,20 @@ std::pair<at::Tensor, at::Tensor> sample_rows(const at::Tensor& logits, double t
   at::Tensor x = logits.to(at::kFloat);
   if (temperature != 0) x = x / temperature;
   const at::Tensor lp = at::log_softmax(x, -1);
-  at::Tensor next;
   if (temperature == 0) {
-    next = logits.argmax(-1);
-  } else {
-    // Inverse CDF in vocabulary order, in float64. Tokens after the last one of positive mass
-    // have cdf == total and are never counted, even when u * total rounds up to total.
-    const at::Tensor cdf = lp.exp().to(at::kDouble).cumsum(-1);
-    const at::Tensor total = cdf.narrow(-1, cdf.size(-1) - 1, 1);
-    next = ((cdf <= uniforms.unsqueeze(1) * total) & (cdf < total)).sum(-1);
+    const at::Tensor next = logits.argmax(-1);
+    return {next, lp.gather(-1, next.unsqueeze(1)).squeeze(1)};
   }
-  return {next, lp.gather(-1, next.unsqueeze(1)).squeeze(1)};
+  return inverse_cdf(lp, uniforms);
+}
+
+std::pair<at::Tensor, at::Tensor> inverse_cdf(const at::Tensor& logprobs, const at::Tensor& uniforms) {
+  // In vocabulary order, in float64. Tokens after the last one of positive mass have
+  // cdf == total and are never counted, even when u * total rounds up to total.
+  const at::Tensor cdf = logprobs.exp().to(at::kDouble).cumsum(-1);
+  const at::Tensor total = cdf.narrow(-1, cdf.size(-1) - 1, 1);
+  const at::Tensor next = ((cdf <= uniforms.unsqueeze(1) * total) & (cdf < total)).sum(-1);
+  return {next, logprobs.gather(-1, next.unsqueeze(1)).squeeze(1)};
 }
 
 }  // namespace kbrl::model::detail

@@ -53,4 +53,10 @@ at::Tensor silu_mul(const at::Tensor& gate_up, bool portable = false);
 std::pair<at::Tensor, at::Tensor> sample_rows(const at::Tensor& logits, double temperature, const at::Tensor& uniforms,
                                               bool portable = false);
 
+// The draw from log-probabilities [R, vocab] float32 (excluded tokens -inf): the first token
+// whose cumulative float64 sum of exp(lp), in vocabulary order, exceeds uniforms[r] * total.
+// Returns (tokens [R] int64, logprobs[token] [R]). sample_rows' torch path, and the top-k /
+// top-p draw.
+std::pair<at::Tensor, at::Tensor> inverse_cdf(const at::Tensor& logprobs, const at::Tensor& uniforms);
+
 }  // namespace kbrl::model::detail

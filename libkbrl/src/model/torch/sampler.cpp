@@ -115,11 +115,7 @@ std::pair<at::Tensor, at::Tensor> draw(const at::Tensor& logits, const SamplingP
                                        const at::Tensor& uniforms, bool portable) {
   if (params.temperature == 0 || (params.top_k == 0 && params.top_p == 1))
     return detail::sample_rows(logits, params.temperature, uniforms, portable);
-  const at::Tensor lp = sampling_logprobs(logits, params);
-  const at::Tensor cdf = lp.exp().to(at::kDouble).cumsum(-1);
-  const at::Tensor total = cdf.narrow(-1, cdf.size(-1) - 1, 1);
-  const at::Tensor next = ((cdf <= uniforms.unsqueeze(1) * total) & (cdf < total)).sum(-1);
-  return {next, lp.gather(-1, next.unsqueeze(1)).squeeze(1)};
+  return detail::inverse_cdf(sampling_logprobs(logits, params), uniforms);
 }
 
 // Blocks of the paged cache: a free list and a reference count per block (a prompt's full
