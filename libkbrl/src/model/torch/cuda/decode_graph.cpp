@@ -3,9 +3,12 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include <algorithm>
 
 #include "../decode_graph.hpp"
 
@@ -83,7 +86,12 @@ std::int64_t device_free_bytes(c10::Device device) {
   const c10::cuda::OptionalCUDAGuard guard(device);
   std::size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
-  return static_cast<std::int64_t>(free);
+  // Memory libtorch's allocator holds but does not use (an earlier cache, freed) is free to us
+  // too: without it a second sampling call in the same process would see less than the first.
+  const auto index = device.has_index() ? device.index() : c10::cuda::current_device();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  const auto idle = stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
+  return static_cast<std::int64_t>(free) + std::max<std::int64_t>(0, idle);
 }
 
 }  // namespace kbrl::model::detail
