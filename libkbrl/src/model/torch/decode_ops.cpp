@@ -20,16 +20,6 @@ namespace kbrl::model::detail {
 
 namespace {
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor x32 = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-  return weight * (x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
-}
-
-at::Tensor rotate_half(const at::Tensor& x) {
-  const auto half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 #ifdef KBRL_DECODE_KERNELS
 bool kernel_dtype(const at::Tensor& t, cuda::Dtype* out) {
   switch (t.scalar_type()) {
@@ -49,6 +39,23 @@ cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDASt
 #endif
 
 }  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor x32 = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  return weight * (x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, const at::Tensor& inv_freq,
+                                               at::ScalarType dtype) {
+  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [..., D/2]
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);                           // [..., D]
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
 
 bool decode_kernels_built() {
 #ifdef KBRL_DECODE_KERNELS
@@ -104,9 +111,9 @@ at::Tensor rope_write_kv(const at::Tensor& qkv, const at::Tensor& positions, con
     q = rms_norm(q, q_norm, eps);
     k = rms_norm(k, k_norm, eps);
   }
-  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [R, D/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);             // [R, 1, D]
-  const at::Tensor cos = emb.cos().to(qkv.scalar_type()), sin = emb.sin().to(qkv.scalar_type());
+  auto [cos, sin] = rope_cos_sin(positions, inv_freq, qkv.scalar_type());  // [R, D]
+  cos = cos.unsqueeze(1);                                                   // [R, 1, D]: over the heads
+  sin = sin.unsqueeze(1);
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
   k_pool.view({-1, kv_heads, D}).index_copy_(0, slots, k);

@@ -1,4 +1,4 @@
-// The operations of one decoding step over a paged KV cache (paged_cache.hpp), each with two
+// The operations of one decoding step over a paged KV cache (PagedKvCache, decoder.hpp), each with two
 // implementations: libtorch ops (portable, any device: the reference) and fused CUDA kernels
 // (cuda/decode_kernels.cu, built where a CUDA compiler and libtorch with CUDA are found). Every
 // function takes the kernel path for CUDA tensors of a supported dtype when the kernels are
@@ -15,6 +15,17 @@ namespace kbrl::model::detail {
 
 // Whether this build carries the CUDA kernels.
 bool decode_kernels_built();
+
+// The pieces forward() and the torch-op paths below share, op for op as transformers computes
+// them. x [..., n] -> x / rms(x) * weight: the normalisation in fp32 (fp64 for fp64), cast to
+// x's dtype, then times weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// [..., D] -> [..., D]: (x1, x2) -> (-x2, x1) over the two halves.
+at::Tensor rotate_half(const at::Tensor& x);
+// Rotary tables for positions [...] (any integer dtype): (cos, sin) [..., D], each computed in
+// fp32 from position * inv_freq [D/2] and cast to dtype.
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, const at::Tensor& inv_freq,
+                                               at::ScalarType dtype);
 
 // residual [R, hidden] (model dtype), updated in place to residual + delta (rounded to the
 // dtype) when delta is defined; out [R, hidden] = rms_norm(residual) * weight: the

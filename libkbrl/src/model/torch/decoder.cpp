@@ -10,6 +10,7 @@
 #include <numbers>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "kbrl/core/error.hpp"
 #include "kbrl/core/text.hpp"
@@ -20,34 +21,27 @@
 
 namespace kbrl::model {
 namespace fs = std::filesystem;
+using detail::rms_norm;
+using detail::rotate_half;
+
+at::Tensor LoraAdapter::term(const at::Tensor& x) const {
+  // PEFT's order: the input cast to the adapter's dtype, dropout, A, B, times scale.
+  at::Tensor xa = x.to(a.scalar_type());
+  if (training && dropout > 0) xa = at::dropout(xa, dropout, /*train=*/true);
+  return at::linear(at::linear(xa, a), b) * scale;
+}
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   at::Tensor y = at::linear(x, weight, bias);
   if (!lora) return y;
-  // PEFT's order: the input cast to the adapter's dtype, dropout, A, B, times scale, added to
-  // the base result (promoting it), and the sum cast back to the base dtype.
-  at::Tensor xa = x.to(lora->a.scalar_type());
-  if (lora->training && lora->dropout > 0) xa = at::dropout(xa, lora->dropout, /*train=*/true);
-  return (y + at::linear(at::linear(xa, lora->a), lora->b) * lora->scale).to(y.scalar_type());
+  // The term added to the base result (promoting it), and the sum cast back to the base dtype.
+  return (y + lora->term(x)).to(y.scalar_type());
 }
 
 namespace {
 
 // fp32 for the half types and fp32 itself; fp64 stays fp64 (the numerical checks need it).
 at::ScalarType accumulate_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-
-// x [..., n] -> x / rms(x) * weight, the normalisation in fp32 and the product in x's dtype.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor x32 = x.to(accumulate_type(x.scalar_type()));
-  const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
-  return weight * (x32 * at::rsqrt(variance + eps)).to(x.scalar_type());
-}
-
-// [..., D] -> [..., D]: (x1, x2) -> (-x2, x1) over the two halves.
-at::Tensor rotate_half(const at::Tensor& x) {
-  const auto half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 
 // Copies the tensors into one storage, one after the other, and makes each a view of its part.
 // Does nothing unless all are defined (a missing tensor is reported by load()).
@@ -405,10 +399,7 @@ DecoderModel::Prepared DecoderModel::prepare(const at::Tensor& input_ids, const 
   p.mask = ((causal.unsqueeze(0) & valid.unsqueeze(1)) | (kcol == qcol).unsqueeze(0)).unsqueeze(1);
 
   // Rotary tables in fp32, then the model's dtype: [B, T, D]
-  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, T, D/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);                             // [B, T, D]
-  p.cos = emb.cos().to(options_.dtype);
-  p.sin = emb.sin().to(options_.dtype);
+  std::tie(p.cos, p.sin) = detail::rope_cos_sin(positions, inv_freq_, options_.dtype);  // [B, T, D]
   return p;
 }
 
@@ -478,8 +469,7 @@ at::Tensor project(const std::vector<const Linear*>& parts, const at::Tensor& x)
     const auto out = p->weight.size(0);
     if (p->lora) {
       at::Tensor cols = y.narrow(-1, offset, out);
-      const at::Tensor xa = x.to(p->lora->a.scalar_type());
-      cols.copy_(cols + at::linear(at::linear(xa, p->lora->a), p->lora->b) * p->lora->scale);
+      cols.copy_(cols + p->lora->term(x));
     }
     offset += out;
   }

@@ -27,6 +27,8 @@ struct LoraAdapter {
   double scale = 1.0;    // alpha / r, or alpha / sqrt(r) with rsLoRA
   double dropout = 0.0;  // on the adapter's input, only while training
   bool training = false;
+  // scale * B A dropout(x), in A's dtype: what the adapter adds to its projection of x.
+  at::Tensor term(const at::Tensor& x) const;
 };
 
 // Every projection goes through this one helper, so that adapters (LoRA) attach in one place.
