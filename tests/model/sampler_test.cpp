@@ -610,6 +610,20 @@ TEST_CASE("sampler rejects bad parameters with the field named") {
   CHECK(contains(invalid_argument_of([&] { sampler.generate({{1, 96}}, 1, ok); }), "prompts[0][1] = 96 is outside"));
   CHECK(contains(invalid_argument_of([&] { sampler.generate(prompts, 0, ok); }), "n = 0"));
   CHECK(contains(invalid_argument_of([&] { sampler.generate(prompts, 1, ok, {1, 2}); }), "prompt_keys has 2 entries"));
+  // A stream checks each request as it pulls it, and names it by its place in the stream.
+  const auto stream_error = [&](std::vector<SampleRequest> requests) {
+    std::size_t next = 0;
+    return invalid_argument_of([&] {
+      sampler.stream([&]() -> std::optional<SampleRequest> {
+            if (next == requests.size()) return std::nullopt;
+            return requests[next++];
+          },
+          ok, [](std::size_t, Sample&&) {});
+    });
+  };
+  CHECK(contains(stream_error({{{1, 2}, 1, 0}, {{}, 1, 1}}), "Sampler::stream: request 1: prompt is empty"));
+  CHECK(contains(stream_error({{{1, 96}, 1, 0}}), "Sampler::stream: request 0: prompt[1] = 96 is outside"));
+  CHECK(contains(stream_error({{{1, 2}, 0, 0}}), "Sampler::stream: request 0: n = 0"));
 }
 
 TEST_CASE("sampler stop strings through a real tokenizer's bytes") {

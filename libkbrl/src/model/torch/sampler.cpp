@@ -43,6 +43,15 @@ void check_params(const SamplingParams& p, const TokenBytes& token_bytes) {
     bad("stop_strings", "given, but the Sampler has no TokenBytes to detokenize with");
 }
 
+// A prompt the model can take: not empty, every token inside the vocabulary. `where` names it
+// in the error ("Sampler::generate: prompts[3]").
+void check_prompt(const std::vector<std::int64_t>& prompt, const std::string& where, std::int64_t vocab) {
+  if (prompt.empty()) throw core::InvalidArgument(where + " is empty");
+  for (std::size_t k = 0; k < prompt.size(); ++k)
+    if (prompt[k] < 0 || prompt[k] >= vocab)
+      throw core::InvalidArgument(core::cat(where, "[", k, "] = ", prompt[k], " is outside the vocabulary [0, ", vocab, ")"));
+}
+
 }  // namespace
 
 const char* stop_reason_name(StopReason reason) {
@@ -207,7 +216,7 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
   if (n < 1) throw core::InvalidArgument(core::cat("Sampler::generate: n = ", n, " samples per prompt must be >= 1"));
   if (prompts.empty()) throw core::InvalidArgument("Sampler::generate: prompts: no prompts given");
   for (std::size_t i = 0; i < prompts.size(); ++i)
-    if (prompts[i].empty()) throw core::InvalidArgument(core::cat("Sampler::generate: prompts[", i, "] is empty"));
+    check_prompt(prompts[i], core::cat("Sampler::generate: prompts[", i, "]"), model_->config().vocab_size);
   // The most the requests can hold at once: each prompt's blocks plus each sample's own, and
   // the block of headroom per row that admission asks for.
   const std::int64_t bs = options_.block_size;
@@ -230,7 +239,17 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
 
 void Sampler::stream(const RequestSource& next_request, const SamplingParams& params, const SampleSink& on_finished,
                      const TokenCallback& on_token) const {
-  run(next_request, 0, params, on_finished, on_token);
+  std::size_t pulled = 0;
+  const RequestSource checked = [&]() -> std::optional<SampleRequest> {
+    std::optional<SampleRequest> r = next_request();
+    if (r) {
+      const std::string where = core::cat("Sampler::stream: request ", pulled++);
+      check_prompt(r->prompt, where + ": prompt", model_->config().vocab_size);
+      if (r->n < 1) throw core::InvalidArgument(core::cat(where, ": n = ", r->n, " must be >= 1"));
+    }
+    return r;
+  };
+  run(checked, 0, params, on_finished, on_token);
 }
 
 void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens, const SamplingParams& params,
@@ -331,12 +350,6 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
       source_done = true;
       return false;
     }
-    if (r->prompt.empty()) throw core::InvalidArgument(core::cat("Sampler: request ", requests, ": the prompt is empty"));
-    if (r->n < 1) throw core::InvalidArgument(core::cat("Sampler: request ", requests, ": n = ", r->n, " must be >= 1"));
-    for (std::size_t k = 0; k < r->prompt.size(); ++k)
-      if (r->prompt[k] < 0 || r->prompt[k] >= vocab)
-        throw core::InvalidArgument(core::cat("Sampler::generate: prompts[", requests, "][", k, "] = ", r->prompt[k],
-                                                " is outside the vocabulary [0, ", vocab, ")"));
     const auto P = static_cast<std::int64_t>(r->prompt.size());
     // Alone, a row must be admitted (its prompt's blocks and one of headroom) and run out.
     if (std::max(ceil_div(P + params.max_tokens, bs), P / bs + 2) > num_blocks - 1)
@@ -420,38 +433,34 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
     cache.copy_from(dense, index(src_rows), index(src_cols), index(dst_slots));
     ++stats_.prefills;
 
-    // First tokens of the new samples, drawn from their prompt's logits.
-    std::vector<std::int64_t> draw_rows;
+    // First tokens of the new samples, drawn from their prompt's logits (a resumed row's next
+    // token is drawn already); the rows that do not finish on it run.
+    std::vector<std::int64_t> draw_rows;  // the prompt (batch row) of each draw
     std::vector<double> u;
-    std::vector<Row*> drawn;
-    for (std::int64_t b = 0; b < B; ++b) {
+    std::vector<std::unique_ptr<Row>> fresh;
+    for (std::int64_t b = 0; b < B; ++b)
       for (auto& row : rows_of[static_cast<std::size_t>(b)]) {
-        if (!row->out.tokens.empty()) continue;  // resumed: its next token is drawn already
+        if (!row->out.tokens.empty()) {
+          running.push_back(std::move(row));
+          continue;
+        }
         draw_rows.push_back(b);
         u.push_back(uniform(*row));
-        drawn.push_back(row.get());
+        fresh.push_back(std::move(row));
+      }
+    if (fresh.empty()) return;
+    const auto [next, lp] = draw(logits.index_select(0, index(draw_rows)), params, at::tensor(u, at::kDouble).to(device),
+                                 options_.portable);
+    const at::Tensor host = at::stack({next.to(at::kDouble), lp.to(at::kDouble)}).to(at::kCPU);
+    const auto h = host.accessor<double, 2>();
+    for (std::size_t i = 0; i < fresh.size(); ++i) {
+      const auto r = static_cast<std::int64_t>(i);
+      if (take_token(*fresh[i], static_cast<std::int64_t>(h[0][r]), h[1][r])) {
+        finish(std::move(fresh[i]));
+      } else {
+        running.push_back(std::move(fresh[i]));
       }
     }
-    std::vector<bool> done(drawn.size(), false);
-    if (!drawn.empty()) {
-      const auto [next, lp] = draw(logits.index_select(0, index(draw_rows)), params,
-                                   at::tensor(u, at::kDouble).to(device), options_.portable);
-      const at::Tensor host = at::stack({next.to(at::kDouble), lp.to(at::kDouble)}).to(at::kCPU);
-      const auto h = host.accessor<double, 2>();
-      for (std::size_t i = 0; i < drawn.size(); ++i)
-        done[i] = take_token(*drawn[i], static_cast<std::int64_t>(h[0][static_cast<std::int64_t>(i)]),
-                             h[1][static_cast<std::int64_t>(i)]);
-    }
-    std::size_t i = 0;
-    for (auto& rows : rows_of)
-      for (auto& row : rows) {
-        const bool fresh = i < drawn.size() && drawn[i] == row.get();
-        if (fresh && done[i++]) {
-          finish(std::move(row));
-        } else {
-          running.push_back(std::move(row));
-        }
-      }
   };
 
   // Admits what fits (rows, blocks, prefill size) from the front of `waiting`; true if any.
