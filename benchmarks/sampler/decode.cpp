@@ -1,5 +1,6 @@
 // kbrl_bench_sampler <checkpoint dir> [--device cuda] [--dtype bf16|fp32] [--batches 1,16,64]
 //                    [--prompt-tokens 128] [--new-tokens 256] [--repeats 3] [--json file] [--profile]
+//                    [--trace file]
 // Decode speed of kbrl::model::Sampler: for each batch size B, B random prompts of the same
 // length, sampled at temperature 1 with no stop tokens, so every row runs to --new-tokens. The
 // time of a 1-token generate (prefill and one step) is subtracted from the full one, so
@@ -8,6 +9,8 @@
 // --profile: for each batch, where a decode step's GPU time goes, by kernel group, from libtorch's
 // profiler over eager steps (a CUDA graph replays the same kernels without the host's launch gaps):
 // the kernel times of generate(N) minus those of generate(1), divided by N - 1.
+// --trace: the GPU timeline of a graphed generate of 17 tokens per batch (CSV: batch, kernel, start
+// and duration in ns), from which sampler_bench.py reads the gaps between kernels and steps.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <random>
 #include <sstream>
@@ -24,8 +28,6 @@
 
 #include <CLI/CLI.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
-
-#include <map>
 
 #include "cli.hpp"
 #include "kbrl/model/torch/decoder.hpp"
@@ -64,8 +66,13 @@ std::string kernel_group(const std::string& name) {
   return "other torch ops";
 }
 
-// Kernel microseconds by group while `run` runs.
-std::map<std::string, double> kernel_times(const std::function<void()>& run) {
+struct GpuEvent {
+  std::string name;
+  std::int64_t start_ns, duration_ns;
+};
+
+// The GPU's kernels and copies while `run` runs, in start order.
+std::vector<GpuEvent> gpu_events(const std::function<void()>& run) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
@@ -74,9 +81,18 @@ std::map<std::string, double> kernel_times(const std::function<void()>& run) {
   prof::enableProfiler(config, activities);
   run();
   const auto result = prof::disableProfiler();
-  std::map<std::string, double> us;
+  std::vector<GpuEvent> out;
   for (const auto& e : result->events())
-    if (e.deviceType() == c10::DeviceType::CUDA) us[kernel_group(e.name())] += static_cast<double>(e.durationNs()) / 1e3;
+    if (e.deviceType() == c10::DeviceType::CUDA)
+      out.push_back({e.name(), static_cast<std::int64_t>(e.startNs()), static_cast<std::int64_t>(e.durationNs())});
+  std::sort(out.begin(), out.end(), [](const GpuEvent& a, const GpuEvent& b) { return a.start_ns < b.start_ns; });
+  return out;
+}
+
+// Kernel microseconds by group while `run` runs.
+std::map<std::string, double> kernel_times(const std::function<void()>& run) {
+  std::map<std::string, double> us;
+  for (const auto& e : gpu_events(run)) us[kernel_group(e.name)] += static_cast<double>(e.duration_ns) / 1e3;
   return us;
 }
 
@@ -93,7 +109,7 @@ int main(int argc, char** argv) {
                "transformers' generate).",
                "kbrl_bench_sampler");
   app.set_version_flag("--version", kbrl::apps::version_text("kbrl_bench_sampler"));
-  std::string checkpoint, device = "cuda", dtype = "bf16", batches = "1,16,64", json;
+  std::string checkpoint, device = "cuda", dtype = "bf16", batches = "1,16,64", json, trace;
   std::int64_t prompt_tokens = 128, new_tokens = 256;
   int repeats = 3;
   bool profile = false;
@@ -108,6 +124,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed repeats (medians are reported)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--json", json, "also write the rows to this JSON file");
   app.add_flag("--profile", profile, "also print where a decode step's GPU time goes, by kernel group");
+  app.add_option("--trace", trace, "also write the GPU timeline of a graphed 17-token generate per batch to this CSV");
   return kbrl::apps::run_program(app, argc, argv, [&] {
     kbrl::model::LoadOptions options;
     options.device = c10::Device(device);
@@ -120,6 +137,12 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(7);
     std::uniform_int_distribution<std::int64_t> token(0, model.config().vocab_size - 1);
     std::ostringstream rows;
+    std::ofstream trace_file;
+    if (!trace.empty()) {
+      trace_file.open(trace);
+      if (!trace_file) throw std::runtime_error("cannot write " + trace);
+      trace_file << "batch,kernel,start_ns,duration_ns\n";
+    }
     std::printf("kbrl sampler, %s %s, load %.1f s, prompt %lld, new %lld tokens\n", device.c_str(), dtype.c_str(), load_s,
                 static_cast<long long>(prompt_tokens), static_cast<long long>(new_tokens));
     std::printf("%6s %10s %10s %14s %14s\n", "batch", "t(1) s", "t(N) s", "decode tok/s", "total tok/s");
@@ -160,6 +183,15 @@ int main(int argc, char** argv) {
         }
         std::printf("    %-30s %8.1f us  %5.1f%%\n", "kernels in all", busy, 100 * busy / step_us);
         groups = ", \"step_us\": " + std::to_string(step_us) + ", \"kernel_us\": {" + groups + "}";
+      }
+      if (trace_file.is_open()) {
+        const auto events = gpu_events([&] { seconds_of(sampler, prompts, 17); });
+        for (const auto& e : events) {
+          std::string name = e.name;  // CSV: a quoted field, its quotes doubled
+          for (std::size_t at = name.find('"'); at != std::string::npos; at = name.find('"', at + 2)) name.insert(at, "\"");
+          trace_file << B << ",\"" << name << "\"," << e.start_ns << "," << e.duration_ns << "\n";
+        }
+        if (!trace_file) throw std::runtime_error("cannot write " + trace);
       }
       if (rows.tellp() > 0) rows << ",\n";
       rows << "    {\"batch\": " << B << ", \"t1_s\": " << t1 << ", \"tn_s\": " << tn << ", \"decode_tokens_per_s\": " << decode

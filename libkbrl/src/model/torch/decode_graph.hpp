@@ -12,18 +12,19 @@
 
 namespace kbrl::model::detail {
 
-// The step: inputs [R, 4 + W] int32 (per row: token, position, slot, context length, then the
-// block table), uniforms [R] float64 -> out [2, R] float64 (drawn tokens, their logprobs). All
-// three on the device.
+// The step: inputs [R, 5 + W] int32 (per row: token, position, slot, context length, feedback
+// row, then the block table), uniforms [R] float64 -> out [2, R] float64 (drawn tokens, their
+// logprobs). All three on the device.
 using StepBody = std::function<void(const at::Tensor& inputs, const at::Tensor& uniforms, at::Tensor& out)>;
 
 class DecodeGraph {
  public:
   virtual ~DecodeGraph() = default;
-  // Copies the host inputs [r, 4 + W] int32 and uniforms [r] float64 (r <= rows()) into the
-  // graph's buffers (rows past r keep the padding the graph was captured with), replays, and
-  // returns the host tensor [2, rows()] float64.
-  virtual at::Tensor step(const at::Tensor& inputs, const at::Tensor& uniforms) = 0;
+  // Enqueues on the current stream, without waiting: host_inputs [rows(), 5 + W] int32 and
+  // host_uniforms [rows()] float64 copied into the graph's buffers, the replay, and its out copied
+  // to host_out [2, rows()] float64. The host tensors are pinned, and must stay untouched until
+  // the stream has passed this step.
+  virtual void launch(const at::Tensor& host_inputs, const at::Tensor& host_uniforms, at::Tensor& host_out) = 0;
   virtual std::int64_t rows() const = 0;
 };
 

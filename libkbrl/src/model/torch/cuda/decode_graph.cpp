@@ -21,12 +21,7 @@ class CudaDecodeGraph final : public DecodeGraph {
   CudaDecodeGraph(const StepBody& body, const at::Tensor& padding, c10::Device device, GraphPool pool) {
     const auto R = padding.size(0);
     const at::TensorOptions on = at::TensorOptions().device(device);
-    // Inputs and outputs live outside the graph's pool, at fixed addresses; the host side is
-    // pinned so that the copies in and out are single asynchronous transfers.
-    padding_ = padding.clone();
-    host_inputs_ = padding.clone().pin_memory();
-    host_uniforms_ = at::full({R}, 0.5, at::kDouble).pin_memory();
-    host_out_ = at::zeros({2, R}, at::kDouble).pin_memory();
+    // Inputs and outputs live outside the graph's pool, at fixed addresses.
     inputs_ = padding.to(device);
     uniforms_ = at::full({R}, 0.5, on.dtype(at::kDouble));
     out_ = at::zeros({2, R}, on.dtype(at::kDouble));
@@ -51,23 +46,17 @@ class CudaDecodeGraph final : public DecodeGraph {
     captured.block(current);
   }
 
-  at::Tensor step(const at::Tensor& inputs, const at::Tensor& uniforms) override {
-    const auto r = inputs.size(0);
-    host_inputs_.narrow(0, 0, r).copy_(inputs);
-    host_inputs_.narrow(0, r, rows() - r).copy_(padding_.narrow(0, r, rows() - r));
-    host_uniforms_.narrow(0, 0, r).copy_(uniforms);
-    inputs_.copy_(host_inputs_, /*non_blocking=*/true);
-    uniforms_.copy_(host_uniforms_, /*non_blocking=*/true);
+  void launch(const at::Tensor& host_inputs, const at::Tensor& host_uniforms, at::Tensor& host_out) override {
+    inputs_.copy_(host_inputs, /*non_blocking=*/true);
+    uniforms_.copy_(host_uniforms, /*non_blocking=*/true);
     graph_.replay();
-    host_out_.copy_(out_, /*non_blocking=*/true);
-    c10::cuda::getCurrentCUDAStream(out_.device().index()).synchronize();
-    return host_out_;
+    host_out.copy_(out_, /*non_blocking=*/true);
   }
 
   std::int64_t rows() const override { return inputs_.size(0); }
 
  private:
-  at::Tensor padding_, host_inputs_, host_uniforms_, host_out_, inputs_, uniforms_, out_;
+  at::Tensor inputs_, uniforms_, out_;
   at::cuda::CUDAGraph graph_;
 };
 
