@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kbrl/core/error.hpp"
 
 using namespace kbrl::model::detail;
 
@@ -371,6 +372,37 @@ TEST_CASE("decode kernels: paged_attention equals the torch ops") {
     const at::Tensor o = paged_attention(c.q, c.k_pool, c.v_pool, c.tables, c.lens, 0.1, true);
     check_close(k, o, "paged_attention", 0.02);
   }
+}
+
+TEST_CASE("decode kernels: paged_attention leaves its counters zero, so that one buffer serves every call") {
+  const auto device = test_device();
+  if (!kernels_testable(device))
+    KBRL_SKIP("the decode kernels run on CUDA where built: KBRL_TEST_DEVICE=cuda runs this test");
+  at::manual_seed(9);
+  // Contexts up to 3000 tokens over 5 rows: many partitions, merged by the last of each row's.
+  const std::int64_t R = 5, H = 12, Hkv = 2, D = 128;
+  const PagedCase c = paged_case(R, H, Hkv, D, 16, 3000, at::kBFloat16, device);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const std::int64_t needed = paged_attention_counters(R, H, Hkv);
+  CHECK(needed > 0);
+  CHECK(needed <= R * H);
+  const at::Tensor counters = at::zeros({R * H}, at::TensorOptions().dtype(at::kInt).device(device));
+  const auto attend = [&](const at::Tensor& counts) {
+    return paged_attention(c.q, c.k_pool, c.v_pool, c.tables, c.lens, scale, false, counts);
+  };
+  const at::Tensor first = attend(counters);
+  CHECK(counters.count_nonzero().item<std::int64_t>() == 0);
+  const at::Tensor second = attend(counters);
+  CHECK(counters.count_nonzero().item<std::int64_t>() == 0);
+  CHECK(at::equal(first.to(at::kCPU), second.to(at::kCPU)));
+  CHECK(at::equal(first.to(at::kCPU), attend(at::Tensor()).to(at::kCPU)));  // counters of the call's own
+  check_close(first, paged_attention(c.q, c.k_pool, c.v_pool, c.tables, c.lens, scale, true), "paged_attention",
+              0.02);
+  // Counters that break the contract are refused.
+  const at::TensorOptions on_device = at::TensorOptions().device(device);
+  CHECK_THROWS_AS(attend(at::zeros({R * H}, on_device.dtype(at::kLong))), kbrl::core::InvalidArgument);
+  CHECK_THROWS_AS(attend(at::zeros({needed - 1}, on_device.dtype(at::kInt))), kbrl::core::InvalidArgument);
+  CHECK_THROWS_AS(attend(at::zeros({R * H}, at::kInt)), kbrl::core::InvalidArgument);  // on the CPU
 }
 
 TEST_CASE("decode kernels: sample_rows draws the torch ops' tokens") {

@@ -123,7 +123,7 @@ at::Tensor rope_write_kv(const at::Tensor& qkv, const at::Tensor& positions, con
 
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
                            const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                           bool portable) {
+                           bool portable, const at::Tensor& counters) {
   const auto R = q.size(0), H = q.size(1), D = q.size(2);
   const auto block_size = k_pool.size(1), Hkv = k_pool.size(2), W = block_tables.size(1);
 #ifdef KBRL_DECODE_KERNELS
@@ -131,20 +131,33 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const 
   if (use_kernels(q, portable, &dt) && (D == 64 || D == 128 || D == 256) && k_pool.is_contiguous() &&
       v_pool.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous()) {
     const c10::cuda::CUDAGuard guard(q.device());
+    const std::int64_t needed = paged_attention_counters(R, H, Hkv);
+    if (counters.defined() && (counters.scalar_type() != at::kInt || counters.device() != q.device() ||
+                               !counters.is_contiguous() || counters.numel() < needed))
+      throw core::InvalidArgument(core::cat("paged_attention: counters must be a contiguous int32 tensor of at least ",
+                                            needed, " elements on ", q.device().str(), ", got ",
+                                            c10::toString(counters.scalar_type()), " ",
+                                            core::shape_string(counters.sizes()), " on ", counters.device().str(),
+                                            counters.is_contiguous() ? "" : " (not contiguous)"));
     at::Tensor out = at::empty_like(q);
     const std::size_t bytes = cuda::paged_attention_workspace_bytes(
         static_cast<int>(R), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), static_cast<int>(W),
         static_cast<int>(block_size));
-    at::Tensor workspace;
-    if (bytes > 0) workspace = at::empty({static_cast<std::int64_t>(bytes)}, q.options().dtype(at::kByte));
+    at::Tensor workspace, count;
+    if (bytes > 0) {
+      workspace = at::empty({static_cast<std::int64_t>(bytes)}, q.options().dtype(at::kByte));
+      count = counters.defined() ? counters : at::zeros({needed}, q.options().dtype(at::kInt));
+    }
     cuda::paged_attention(dt, q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), block_tables.data_ptr<std::int32_t>(),
                           context_lens.data_ptr<std::int32_t>(), out.data_ptr(), static_cast<int>(R),
                           static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
                           static_cast<int>(block_size), static_cast<int>(W), static_cast<float>(scale),
-                          bytes > 0 ? workspace.data_ptr() : nullptr, stream_of(q));
+                          bytes > 0 ? workspace.data_ptr() : nullptr,
+                          bytes > 0 ? count.data_ptr<std::int32_t>() : nullptr, stream_of(q));
     return out;
   }
 #endif
+  static_cast<void>(counters);  // the torch ops need none
   const auto S = W * block_size;
   const at::TensorOptions longs = block_tables.options().dtype(at::kLong);
   // Row r's token t sits at slot block_tables[r][t / block_size] * block_size + t % block_size.
@@ -159,6 +172,18 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const 
   const at::Tensor visible = at::arange(S, longs).unsqueeze(0) < context_lens.to(at::kLong).unsqueeze(1);  // [R, S]
   scores = scores.masked_fill(visible.logical_not().view({R, 1, 1, S}), -std::numeric_limits<double>::infinity());
   return at::matmul(at::softmax(scores, -1), values).to(q.scalar_type()).view({R, H, D});
+}
+
+std::int64_t paged_attention_counters(std::int64_t rows, std::int64_t heads, std::int64_t kv_heads) {
+#ifdef KBRL_DECODE_KERNELS
+  return static_cast<std::int64_t>(cuda::paged_attention_counters(static_cast<int>(rows), static_cast<int>(heads),
+                                                                  static_cast<int>(kv_heads)));
+#else
+  static_cast<void>(rows);
+  static_cast<void>(heads);
+  static_cast<void>(kv_heads);
+  return 0;
+#endif
 }
 
 at::Tensor silu_mul(const at::Tensor& gate_up, bool portable) {

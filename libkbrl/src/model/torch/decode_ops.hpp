@@ -49,9 +49,21 @@ at::Tensor rope_write_kv(const at::Tensor& qkv, const at::Tensor& positions, con
 // block_tables[r][t / block_size] at t % block_size); context_lens [R] int32 (n >= 1, the new
 // token included). Softmax(q k^T * scale) v in fp32, rounded to the dtype: [R, H, D]. Query
 // head h reads key head h / (H / Hkv).
+//
+// counters: scratch of the kernel path, which splits long contexts into partitions and lets the
+// last partition of each (row, key head, group of query heads) merge them. An int32 tensor on
+// q's device, contiguous, of at least paged_attention_counters(R, H, Hkv) elements (R * H always
+// suffice), all zero; each call leaves it all zero again, so that one buffer, allocated once,
+// serves every layer, every step and every replay of a CUDA graph (calls on one stream; never
+// two calls at once). Undefined: the call allocates zeroed counters when it needs them. The
+// torch-op path ignores it.
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
                            const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                           bool portable = false);
+                           bool portable = false, const at::Tensor& counters = {});
+
+// The int32 counters paged_attention's kernel path uses for R rows, H query heads and Hkv key
+// heads (at most R * H); 0 where this build has no kernels.
+std::int64_t paged_attention_counters(std::int64_t rows, std::int64_t heads, std::int64_t kv_heads);
 
 // gate_up [R, 2 I] (gate, then up) -> silu(gate) * up [R, I], each op rounded to the dtype.
 at::Tensor silu_mul(const at::Tensor& gate_up, bool portable = false);

@@ -492,7 +492,8 @@ at::Tensor DecoderModel::decode_paged(const PagedStep& step, PagedKvCache& cache
     const at::Tensor q = detail::rope_write_kv(qkv, step.positions, inv_freq_, layer.q_norm, layer.k_norm, eps, H,
                                                Hkv, cache.keys(l), cache.values(l), step.slots, portable);
     const at::Tensor attn = detail::paged_attention(q, cache.keys(l), cache.values(l), step.block_tables,
-                                                    step.context_lens, scale, portable);  // [R, H, D]
+                                                    step.context_lens, scale, portable,
+                                                    step.attention_counters);  // [R, H, D]
     delta = layer.o_proj.forward(attn.view({R, H * D}));
     detail::add_rms_norm(h, delta, layer.post_attention_norm, x, eps, portable);
     delta = layer.down_proj.forward(detail::silu_mul(project({&layer.gate_proj, &layer.up_proj}, x), portable));

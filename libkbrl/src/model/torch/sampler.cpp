@@ -305,6 +305,11 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
   // Each step's drawn tokens, kept on the device for the next step, which is launched before the
   // host has read them.
   const at::Tensor feedback = at::zeros({options_.max_batch}, at::TensorOptions().dtype(at::kLong).device(device));
+  // The attention's scratch counters, for the most rows a step can have.
+  const std::int64_t counters = detail::paged_attention_counters(
+      options_.max_batch, model_->config().num_attention_heads, model_->config().num_key_value_heads);
+  const at::Tensor attention_counters =
+      device.is_cuda() && counters > 0 ? at::zeros({counters}, at::TensorOptions().dtype(at::kInt).device(device)) : at::Tensor();
   // The step every decode runs, eagerly or captured: the model over the paged cache, then the draw.
   const detail::StepBody body = [&](const at::Tensor& in, const at::Tensor& uniforms, at::Tensor& out) {
     PagedStep step;
@@ -314,6 +319,7 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
     step.slots = in.select(1, 2).to(at::kLong);
     step.context_lens = in.select(1, 3).contiguous();
     step.block_tables = in.narrow(1, kInputColumns, in.size(1) - kInputColumns).contiguous();
+    step.attention_counters = attention_counters;
     const at::Tensor logits = model_->decode_paged(step, cache, options_.portable);
     const auto [next, logprobs] = draw(logits, params, uniforms, options_.portable);
     feedback.narrow(0, 0, next.size(0)).copy_(next);

@@ -145,6 +145,10 @@ struct PagedStep {
   at::Tensor slots;         // [R] int64: where its key and value go (block * block_size + offset)
   at::Tensor block_tables;  // [R, W] int32: the row's blocks in sequence order (unused entries: any block)
   at::Tensor context_lens;  // [R] int32: positions + 1, the tokens attended to
+  // Optional: zeroed int32 scratch that every layer's attention uses and leaves zeroed (the
+  // `counters` of src/model/torch/decode_ops.hpp's paged_attention), allocated once by the caller
+  // so that a step allocates and clears none. Undefined: each layer allocates its own.
+  at::Tensor attention_counters;
 };
 
 // The training forward (DecoderModel::hidden_states, token_logprobs in train_forward.hpp).

@@ -8,6 +8,11 @@
 // that the compiler cannot contract them into one FMA (which would round once instead of twice).
 // Launch shapes depend only on the sizes passed, never on device data, so that a CUDA graph can
 // capture every launch.
+//
+// On sm_90 and newer every kernel is launched with programmatic dependent launch: it may start
+// while the kernel before it in the stream drains, loads the constant model data it needs (norm
+// weights, inv_freq), and waits for that kernel's results in wait_for_producers() before it
+// reads or writes anything else (see "Programmatic dependent launch" below).
 #include "decode_kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -16,11 +21,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kbrl::model::cuda {
 
@@ -129,13 +138,100 @@ void require(bool ok, const char* function, const std::string& message) {
   if (!ok) throw std::invalid_argument(std::string("decode kernels: ") + function + ": " + message);
 }
 
-void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
+// Throws if the launch returned an error (`e`) or left one behind.
+void check_launch(const char* kernel, cudaError_t e = cudaSuccess) {
+  const cudaError_t last = cudaGetLastError();
+  if (e == cudaSuccess) e = last;
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("decode kernels: launching ") + kernel + " failed: " + cudaGetErrorString(e));
 }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90 and newer)
+//
+// A kernel launched with programmatic stream serialization may start once every CTA of the
+// kernel before it in the stream has called allow_dependents() or exited, so that its launch and
+// its first loads overlap that kernel's tail. Its wait_for_producers() then returns once that
+// kernel has completed and its writes are visible. The rule every kernel below follows: before
+// wait_for_producers() it reads only constant model data (norm weights, inv_freq: nothing a
+// kernel of the step writes) and writes nothing. Each kernel calls allow_dependents() right
+// after its wait: the next kernel may then start its own prologue, but still waits for this one
+// to complete in its own wait_for_producers(). Since every kernel waits before it allows its
+// dependents, at most the kernel just before a kernel is still running when it starts.
+//
+// Both compile to nothing before sm_90; both are no-ops in a kernel launched without the
+// attribute.
+
+__device__ __forceinline__ void wait_for_producers() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Compiled like the kernels: its PTX version tells which code of this file a device runs.
+__global__ void pdl_probe_kernel() {}
+
+constexpr int kPdlDevices = 64;  // devices whose answer is cached; others ask every time
+
+// Whether launches on the current device use programmatic dependent launch: KBRL_DECODE_PDL is
+// not "0", the device's compute capability is 9.0 or newer, and the code of this file it runs was
+// compiled for sm_90 or newer (code for older architectures, run through the JIT, has no wait in
+// its kernels). The environment is read once, each device asked once.
+bool pdl_enabled() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("KBRL_DECODE_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  if (!allowed) return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // the launch reports the device's trouble
+    return false;
+  }
+  static std::atomic<int> known[kPdlDevices];  // 0: not asked yet, 1: no, 2: yes
+  if (device >= 0 && device < kPdlDevices) {
+    const int k = known[device].load(std::memory_order_relaxed);
+    if (k != 0) return k == 2;
+  }
+  int major = 0;
+  cudaFuncAttributes attributes{};
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaFuncGetAttributes(&attributes, pdl_probe_kernel) != cudaSuccess) {
+    cudaGetLastError();  // a plain launch this time; asked again next time
+    return false;
+  }
+  const bool yes = major >= 9 && attributes.ptxVersion >= 90;
+  if (device >= 0 && device < kPdlDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream
+// serialization where pdl_enabled() says so; `name` names it in errors.
+template <typename... Params, typename... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+            cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  if (pdl_enabled()) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  check_launch(name, cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 // Calls f with a value of the element type of `dtype`.
 template <typename F>
@@ -150,20 +246,37 @@ void with_type(Dtype dtype, F&& f) {
 
 // =============================================================================================
 // add_rms_norm: one block per row. The row stays in registers between the sum of squares and
-// the output (kNormCache vectors a thread; longer rows read their tail again).
+// the output (CACHE vectors a thread; longer rows read their tail again). Rows of up to
+// kNormPrefetchThreads * 4 vectors take the variant with CACHE = 4 (four vectors a thread: all
+// of them in registers), which also loads the weight of its vectors into registers before the
+// wait, so that the output waits on no load. Longer rows take CACHE = 8 with up to 1024 threads:
+// no registers left for the weight, which is loaded at the output.
 
-constexpr int kNormCache = 8;
+constexpr int kNormPrefetchCache = 4;      // the variant that prefetches the weight
+constexpr int kNormPrefetchThreads = 512;  // its most threads (128 registers each)
+constexpr int kNormMaxCache = 8;
 
-template <typename T, int VEC>
-__global__ void __launch_bounds__(1024)
+template <typename T, int VEC, int CACHE>
+__global__ void __launch_bounds__(CACHE == kNormPrefetchCache ? kNormPrefetchThreads : 1024)
     add_rms_norm_kernel(T* residual, const T* __restrict__ delta, const T* __restrict__ weight, T* out,
                         int hidden, float eps) {
   using V = Vec<T, VEC>;
+  constexpr int kWeights = CACHE <= kNormPrefetchCache ? CACHE : 0;  // weight vectors held
   __shared__ float scratch[32];
   const int vectors = hidden / VEC;
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * hidden;
   T* res = residual + base;
   const T* del = delta != nullptr ? delta + base : nullptr;
+
+  // The weight is model data: loaded before the wait.
+  V wcache[kWeights > 0 ? kWeights : 1];
+#pragma unroll
+  for (int c = 0; c < kWeights; ++c) {
+    const int i = threadIdx.x + c * blockDim.x;
+    if (i < vectors) wcache[c] = load_vec<VEC>(weight + i * VEC);
+  }
+  wait_for_producers();
+  allow_dependents();
 
   // residual += delta (each sum rounded to T, written back), and the sum of squares.
   auto load = [&](int i) {
@@ -177,9 +290,9 @@ __global__ void __launch_bounds__(1024)
     return x;
   };
   float ss = 0.f;
-  V cache[kNormCache];
+  V cache[CACHE];
 #pragma unroll
-  for (int c = 0; c < kNormCache; ++c) {
+  for (int c = 0; c < CACHE; ++c) {
     const int i = threadIdx.x + c * blockDim.x;
     if (i < vectors) {
       cache[c] = load(i);
@@ -187,7 +300,7 @@ __global__ void __launch_bounds__(1024)
       for (int e = 0; e < VEC; ++e) ss += to_float(cache[c].v[e]) * to_float(cache[c].v[e]);
     }
   }
-  for (int i = threadIdx.x + kNormCache * blockDim.x; i < vectors; i += blockDim.x) {
+  for (int i = threadIdx.x + CACHE * blockDim.x; i < vectors; i += blockDim.x) {
     const V x = load(i);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) ss += to_float(x.v[e]) * to_float(x.v[e]);
@@ -196,21 +309,20 @@ __global__ void __launch_bounds__(1024)
   const float inv = rsqrtf(block_sum(ss, scratch) * (1.0f / static_cast<float>(hidden)) + eps);
 
   // out = weight * (x * inv cast to T), the product rounded to T.
-  auto emit = [&](int i, const V& x) {
-    const V w = load_vec<VEC>(weight + i * VEC);
+  auto emit = [&](int i, const V& x, const V& w) {
     V o;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) o.v[e] = from_float<T>(to_float(w.v[e]) * round_to<T>(to_float(x.v[e]) * inv));
     store_vec<VEC>(out + base + i * VEC, o);
   };
 #pragma unroll
-  for (int c = 0; c < kNormCache; ++c) {
+  for (int c = 0; c < CACHE; ++c) {
     const int i = threadIdx.x + c * blockDim.x;
-    if (i < vectors) emit(i, cache[c]);
+    if (i < vectors) emit(i, cache[c], c < kWeights ? wcache[c] : load_vec<VEC>(weight + i * VEC));
   }
   // The same thread wrote these (or nobody did): reading them back is ordered.
-  for (int i = threadIdx.x + kNormCache * blockDim.x; i < vectors; i += blockDim.x)
-    emit(i, load_vec<VEC>(res + i * VEC));
+  for (int i = threadIdx.x + CACHE * blockDim.x; i < vectors; i += blockDim.x)
+    emit(i, load_vec<VEC>(res + i * VEC), load_vec<VEC>(weight + i * VEC));
 }
 
 template <typename T, int VEC>
@@ -219,18 +331,21 @@ void launch_add_rms_norm(void* residual, const void* delta, const void* weight, 
   const int vectors = hidden / VEC;
   // About four vectors a thread: enough loads in flight, few idle threads on short rows.
   const int threads = std::min(1024, std::max(32, ceil_div(ceil_div(vectors, 4), 32) * 32));
-  add_rms_norm_kernel<T, VEC><<<rows, threads, 0, stream>>>(static_cast<T*>(residual), static_cast<const T*>(delta),
-                                                           static_cast<const T*>(weight), static_cast<T*>(out),
-                                                           hidden, eps);
-  check_launch("add_rms_norm");
+  // Up to kNormPrefetchThreads threads, a thread has at most four vectors: the cache of four
+  // holds them all, and the sums run in the same order as with the cache of eight.
+  auto kernel = threads <= kNormPrefetchThreads ? add_rms_norm_kernel<T, VEC, kNormPrefetchCache>
+                                                : add_rms_norm_kernel<T, VEC, kNormMaxCache>;
+  launch("add_rms_norm", kernel, dim3(rows), dim3(threads), 0, stream, static_cast<T*>(residual),
+         static_cast<const T*>(delta), static_cast<const T*>(weight), static_cast<T*>(out), hidden, eps);
 }
 
 // =============================================================================================
-// rope_write_kv: one block per row. The block first computes the row's cos / sin (rounded to T)
-// into shared memory, then groups of `lanes` threads take one head each: q heads (normalised
-// with q_norm, rotated, to q_out), k heads (k_norm, rotated, to k_pool at the row's slot) and v
-// heads (copied to v_pool). A thread handles element pairs (j, j + D/2) together, as the
-// rotation mixes them.
+// rope_write_kv: one block per row. The block computes the row's cos / sin (rounded to T) into
+// shared memory, and groups of `lanes` threads take one head each: q heads (normalised with
+// q_norm, rotated, to q_out), k heads (k_norm, rotated, to k_pool at the row's slot) and v heads
+// (copied to v_pool). A thread handles element pairs (j, j + D/2) together, as the rotation
+// mixes them. The loads of a thread's first head (and its norm weight, before the wait) are
+// issued before cos / sin are computed, so that they are in flight meanwhile.
 
 constexpr int kRopeThreads = 128;
 constexpr int kRopeCache = 4;
@@ -246,43 +361,82 @@ __global__ void __launch_bounds__(kRopeThreads)
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   const int row = blockIdx.x;
   const int half = head_dim / 2;
-  // torch: positions.to(float) * inv_freq in fp32, cos / sin (accurate: positions reach 1e5),
-  // then cast to the dtype.
-  const float position = static_cast<float>(positions[row]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = __fmul_rn(position, inv_freq[i]);
-    cos_sin[i] = round_to<T>(cosf(angle));
-    cos_sin[half + i] = round_to<T>(sinf(angle));
-  }
-  __syncthreads();
-
-  const std::int64_t slot = slots[row];
   const int units = heads + 2 * kv_heads;
   const int groups = static_cast<int>(blockDim.x) / lanes, group = threadIdx.x / lanes, sub = threadIdx.x % lanes;
   const int items = half / VEC;  // vector pairs of a head
   const T* src_row = qkv + static_cast<std::size_t>(row) * units * head_dim;
   const float inv_dim = 1.0f / static_cast<float>(head_dim);
+  // The norm weight of unit u: q_norm for q heads, k_norm for k heads, none for v heads.
+  auto norm_of = [&](int u) { return u < heads ? q_norm : u < heads + kv_heads ? k_norm : nullptr; };
+
+  // A thread's pairs of its current head (lo, hi) and of the head's norm weight (wlo, whi), for
+  // the first kRopeCache of them; heads of more pairs read the rest at the output.
+  V lo[kRopeCache], hi[kRopeCache], wlo[kRopeCache], whi[kRopeCache];
+  auto load_weight = [&](int u) {
+    const T* w = u < units ? norm_of(u) : nullptr;
+    if (w == nullptr) return;
+#pragma unroll
+    for (int c = 0; c < kRopeCache; ++c) {
+      const int i = sub + c * lanes;
+      if (i < items) {
+        wlo[c] = load_vec<VEC>(w + i * VEC);
+        whi[c] = load_vec<VEC>(w + half + i * VEC);
+      }
+    }
+  };
+  auto load_head = [&](int u) {
+    if (u >= units) return;
+    const T* src = src_row + static_cast<std::size_t>(u) * head_dim;
+#pragma unroll
+    for (int c = 0; c < kRopeCache; ++c) {
+      const int i = sub + c * lanes;
+      if (i < items) {
+        lo[c] = load_vec<VEC>(src + i * VEC);
+        hi[c] = load_vec<VEC>(src + half + i * VEC);
+      }
+    }
+  };
+
+  // Model data before the wait: the first round's norm weight and this thread's first frequency.
+  load_weight(group);
+  const float freq = static_cast<int>(threadIdx.x) < half ? inv_freq[threadIdx.x] : 0.f;
+  wait_for_producers();
+  allow_dependents();
+  const std::int64_t position_index = positions[row];
+  const std::int64_t slot = slots[row];
+  load_head(group);
+
+  // torch: positions.to(float) * inv_freq in fp32, cos / sin (accurate: positions reach 1e5),
+  // then cast to the dtype.
+  const float position = static_cast<float>(position_index);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = __fmul_rn(position, i == static_cast<int>(threadIdx.x) ? freq : inv_freq[i]);
+    cos_sin[i] = round_to<T>(cosf(angle));
+    cos_sin[half + i] = round_to<T>(sinf(angle));
+  }
+  __syncthreads();
 
   // Every thread runs the same number of rounds (the shuffles below need the whole warp).
   for (int first = 0; first < units; first += groups) {
     const int u = first + group;
+    if (first > 0) {
+      load_weight(u);
+      load_head(u);
+    }
     const bool valid = u < units;
     const T* src = src_row + static_cast<std::size_t>(u) * head_dim;
     T* dst;
-    const T* w = nullptr;
+    const T* w = norm_of(u);
     bool rotate = true;
     if (u < heads) {
       dst = q_out + (static_cast<std::size_t>(row) * heads + u) * head_dim;
-      w = q_norm;
     } else if (u < heads + kv_heads) {
       dst = k_pool + (static_cast<std::size_t>(slot) * kv_heads + (u - heads)) * head_dim;
-      w = k_norm;
     } else {
       dst = v_pool + (static_cast<std::size_t>(slot) * kv_heads + (u - heads - kv_heads)) * head_dim;
       rotate = false;
     }
 
-    V lo[kRopeCache], hi[kRopeCache];
     float ss = 0.f;
     auto square_sum = [](const V& x) {
       float s = 0.f;
@@ -290,25 +444,21 @@ __global__ void __launch_bounds__(kRopeThreads)
       for (int e = 0; e < VEC; ++e) s += to_float(x.v[e]) * to_float(x.v[e]);
       return s;
     };
-    if (valid) {
+    if (valid && w != nullptr) {
 #pragma unroll
       for (int c = 0; c < kRopeCache; ++c) {
         const int i = sub + c * lanes;
-        if (i < items) {
-          lo[c] = load_vec<VEC>(src + i * VEC);
-          hi[c] = load_vec<VEC>(src + half + i * VEC);
-          if (w != nullptr) ss += square_sum(lo[c]) + square_sum(hi[c]);
-        }
+        if (i < items) ss += square_sum(lo[c]) + square_sum(hi[c]);
       }
-      if (w != nullptr)
-        for (int i = sub + kRopeCache * lanes; i < items; i += lanes)
-          ss += square_sum(load_vec<VEC>(src + i * VEC)) + square_sum(load_vec<VEC>(src + half + i * VEC));
+      for (int i = sub + kRopeCache * lanes; i < items; i += lanes)
+        ss += square_sum(load_vec<VEC>(src + i * VEC)) + square_sum(load_vec<VEC>(src + half + i * VEC));
     }
     // The head's sum of squares over its `lanes` threads (aligned groups of a power of two).
     for (int o = lanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(kFullMask, ss, o);
     const float inv = rsqrtf(ss * inv_dim + eps);
 
-    auto emit = [&](int i, const V& a, const V& b) {
+    // a, b: the pair's head elements; wa, wb: its norm weight (read only when w is set).
+    auto emit = [&](int i, const V& a, const V& b, const V& wa, const V& wb) {
       const int j = i * VEC;
       if (!rotate) {
         store_vec<VEC>(dst + j, a);
@@ -322,7 +472,6 @@ __global__ void __launch_bounds__(kRopeThreads)
         y[e] = to_float(b.v[e]);
       }
       if (w != nullptr) {  // rms_norm: weight * (x * inv cast to T), rounded to T
-        const V wa = load_vec<VEC>(w + j), wb = load_vec<VEC>(w + half + j);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           x[e] = round_to<T>(to_float(wa.v[e]) * round_to<T>(x[e] * inv));
@@ -345,10 +494,14 @@ __global__ void __launch_bounds__(kRopeThreads)
 #pragma unroll
       for (int c = 0; c < kRopeCache; ++c) {
         const int i = sub + c * lanes;
-        if (i < items) emit(i, lo[c], hi[c]);
+        if (i < items) emit(i, lo[c], hi[c], wlo[c], whi[c]);
       }
-      for (int i = sub + kRopeCache * lanes; i < items; i += lanes)
-        emit(i, load_vec<VEC>(src + i * VEC), load_vec<VEC>(src + half + i * VEC));
+      for (int i = sub + kRopeCache * lanes; i < items; i += lanes) {
+        const V none{};
+        const bool norm = w != nullptr;
+        emit(i, load_vec<VEC>(src + i * VEC), load_vec<VEC>(src + half + i * VEC),
+             norm ? load_vec<VEC>(w + i * VEC) : none, norm ? load_vec<VEC>(w + half + i * VEC) : none);
+      }
     }
   }
 }
@@ -362,11 +515,10 @@ void launch_rope_write_kv(const void* qkv, const std::int64_t* positions, const 
   int lanes = 1;  // threads per head: a power of two, up to a warp
   while (lanes < items && lanes < 32) lanes *= 2;
   const std::size_t smem = static_cast<std::size_t>(head_dim) * sizeof(float);
-  rope_write_kv_kernel<T, VEC><<<rows, kRopeThreads, smem, stream>>>(
-      static_cast<const T*>(qkv), positions, inv_freq, static_cast<const T*>(q_norm), static_cast<const T*>(k_norm),
-      eps, static_cast<T*>(q_out), static_cast<T*>(k_pool), static_cast<T*>(v_pool), slots, heads, kv_heads,
-      head_dim, lanes);
-  check_launch("rope_write_kv");
+  launch("rope_write_kv", rope_write_kv_kernel<T, VEC>, dim3(rows), dim3(kRopeThreads), smem, stream,
+         static_cast<const T*>(qkv), positions, inv_freq, static_cast<const T*>(q_norm),
+         static_cast<const T*>(k_norm), eps, static_cast<T*>(q_out), static_cast<T*>(k_pool),
+         static_cast<T*>(v_pool), slots, heads, kv_heads, head_dim, lanes);
 }
 
 // =============================================================================================
@@ -383,9 +535,14 @@ void launch_rope_write_kv(const void* qkv, const std::int64_t* positions, const 
 //   3. p . v: kTpv threads share a value row (kDpt dims each) and kStreams such teams walk the
 //      tile's tokens; their accumulators are summed in a fixed order through shared memory.
 //
-// A single partition writes out = acc / sum rounded to the dtype. Several write (max, sum, acc)
-// to the workspace and attention_combine_kernel merges them. Partitions that start past a row's
-// context length return at once, and the merge ignores them.
+// Partitions that start past a row's context length return at once; the others are the row's
+// active partitions. Where a row has one, its CTA writes out = acc / sum rounded to the dtype.
+// Where it has several, each writes (max, sum, acc) to the workspace, and the last of them to
+// finish merges them: every CTA of a (row, kv head, chunk) counts itself on that triple's counter
+// (an atomic add after a fence that publishes its partial), and the one that brings the count to
+// the number of active partitions resets the counter to zero and computes, per head and dim,
+// m = max_p m_p, out = sum_p e^(m_p - m) acc_p / sum_p e^(m_p - m) l_p over the partitions in
+// order. The counters are zero again when the kernel ends, so one buffer serves every call.
 
 constexpr int kAttnThreads = 128;
 constexpr int kAttnWarps = kAttnThreads / 32;
@@ -405,8 +562,10 @@ struct AttnSplit {
   int num_parts;
 };
 
-// Query heads a CTA takes: the key head's group, rounded up to a kernel variant (1, 2, 4, 8, 16).
-int attention_group_chunk(int group) { return group <= 2 ? group : group <= 4 ? 4 : group <= 8 ? 8 : kAttnMaxGroup; }
+// Query heads a CTA takes: the key head's group, rounded up to a kernel variant (1, 2, 4, 6, 8, 16).
+int attention_group_chunk(int group) {
+  return group <= 2 ? group : group <= 4 ? 4 : group <= 6 ? 6 : group <= 8 ? 8 : kAttnMaxGroup;
+}
 
 // CTAs per (row, partition): one per key head and chunk of its query heads.
 int attention_head_chunks(int heads, int kv_heads) {
@@ -431,9 +590,9 @@ struct AttnShape {
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
   // Threads per token in q . k. Small groups are bound by memory: tiles of 32 tokens (4 threads
   // a token) keep the buffers small, so that four CTAs, with two tiles each in flight, share a
-  // multiprocessor. Groups of 8 and more are bound by the arithmetic: tiles of 64 tokens (2
+  // multiprocessor. Groups of 6 and more are bound by the arithmetic: tiles of 64 tokens (2
   // threads a token, for rows up to 256 bytes) halve the shuffles of the partial dots.
-  static constexpr int kTpt = GC >= 8 && kRowBytes <= 256 ? 2 : 4;
+  static constexpr int kTpt = GC >= 6 && kRowBytes <= 256 ? 2 : 4;
   static constexpr int kTileTokens = kAttnThreads / kTpt;
   // Thread `part` of a token takes chunks part, part + kTpt, ...; rows padded by 16 bytes per
   // thread of a token. A quarter warp (8 / kTpt tokens, kTpt threads each) then reads 8 distinct
@@ -480,10 +639,13 @@ __device__ __forceinline__ void load_row(const float* scores, int t, float (&p)[
       p[g + 2] = v.z;
       p[g + 3] = v.w;
     }
-  } else if constexpr (GC == 2) {
-    const float2 v = *reinterpret_cast<const float2*>(s);
-    p[0] = v.x;
-    p[1] = v.y;
+  } else if constexpr (GC % 2 == 0) {
+#pragma unroll
+    for (int g = 0; g < GC; g += 2) {
+      const float2 v = *reinterpret_cast<const float2*>(s + g);
+      p[g] = v.x;
+      p[g + 1] = v.y;
+    }
   } else {
 #pragma unroll
     for (int g = 0; g < GC; ++g) p[g] = s[g];
@@ -496,8 +658,9 @@ __device__ __forceinline__ void store_row(float* scores, int t, const float (&p)
   if constexpr (GC % 4 == 0) {
 #pragma unroll
     for (int g = 0; g < GC; g += 4) *reinterpret_cast<float4*>(s + g) = make_float4(p[g], p[g + 1], p[g + 2], p[g + 3]);
-  } else if constexpr (GC == 2) {
-    *reinterpret_cast<float2*>(s) = make_float2(p[0], p[1]);
+  } else if constexpr (GC % 2 == 0) {
+#pragma unroll
+    for (int g = 0; g < GC; g += 2) *reinterpret_cast<float2*>(s + g) = make_float2(p[g], p[g + 1]);
   } else {
 #pragma unroll
     for (int g = 0; g < GC; ++g) s[g] = p[g];
@@ -509,15 +672,16 @@ __global__ void __launch_bounds__(kAttnThreads, (AttnShape<T, D, GC>::kMinBlocks
     paged_attention_kernel(const T* __restrict__ q, const T* __restrict__ k_pool, const T* __restrict__ v_pool,
                            const std::int32_t* __restrict__ block_tables,
                            const std::int32_t* __restrict__ context_lens, T* __restrict__ out,
-                           float* __restrict__ ws_acc, float* __restrict__ ws_ml, int heads, int kv_heads,
-                           int head_chunks, int block_size, int max_blocks, int part_tokens, int num_parts,
-                           float scale) {
+                           float* __restrict__ ws_acc, float* __restrict__ ws_ml, std::int32_t* __restrict__ counters,
+                           int heads, int kv_heads, int head_chunks, int block_size, int max_blocks,
+                           int part_tokens, int num_parts, float scale) {
   using S = AttnShape<T, D, GC>;
   using KV = Vec<T, S::kVec>;
   using VV = Vec<T, S::kDpt>;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float scratch[kAttnWarps][GC];
   __shared__ float head_max[GC], head_sum[GC];
+  __shared__ int merges;  // whether this CTA is the last of its row's active partitions
 
   const int tid = threadIdx.x;
   const int part = blockIdx.x;
@@ -527,17 +691,11 @@ __global__ void __launch_bounds__(kAttnThreads, (AttnShape<T, D, GC>::kMinBlocks
   const int g_count = min(GC, group - chunk * GC);  // query heads of this CTA
   const int h0 = kvh * group + chunk * GC;          // the first of them
   const int max_tokens = max_blocks * block_size;
-  const int ctx = min(context_lens[row], max_tokens);
+  // Everything below reads what earlier kernels wrote (q, the pools, the tables, the lengths).
+  wait_for_producers();
+  allow_dependents();
   const int start = part * part_tokens;
-  if (start >= ctx) {
-    // Nothing to attend to. Only an empty context (against the contract) gets here with one
-    // partition: the reference's softmax over no key gives NaN.
-    if (num_parts == 1)
-      for (int i = tid; i < g_count * D; i += kAttnThreads)
-        out[(static_cast<std::size_t>(row) * heads + h0 + i / D) * D + i % D] = from_float<T>(NAN);
-    return;
-  }
-  const int n = min(part_tokens, ctx - start);  // tokens of this partition
+  const int stored_len = context_lens[row];
 
   float* q_s = reinterpret_cast<float*>(smem);
   unsigned* rows_s = reinterpret_cast<unsigned*>(smem + S::q_bytes());
@@ -545,14 +703,18 @@ __global__ void __launch_bounds__(kAttnThreads, (AttnShape<T, D, GC>::kMinBlocks
   unsigned char* ring = reinterpret_cast<unsigned char*>(scores) + S::score_bytes(part_tokens);
   float* merge = scores;  // once the scores and the ring are used
 
-  // Pool row (block * block_size + offset) of each token, so that no load below waits on the
-  // block table.
+  // The block table and the queries are read together with the context length, none of these
+  // loads waiting on another: the pool row (block * block_size + offset) of every token of the
+  // partition up to the table's end (those past the context are never used), so that no load
+  // below waits on the block table; the queries in fp32, heads past g_count as zeros (their
+  // results are dropped).
   const std::int32_t* table = block_tables + static_cast<std::size_t>(row) * max_blocks;
-  for (int t = tid; t < n; t += kAttnThreads) {
+  const int span = min(part_tokens, max_tokens - start);
+#pragma unroll 4
+  for (int t = tid; t < span; t += kAttnThreads) {
     const int token = start + t;
     rows_s[t] = static_cast<unsigned>(table[token / block_size]) * block_size + token % block_size;
   }
-  // Queries in fp32; heads past g_count read as zeros (their results are dropped).
   for (int i = tid; i < GC * S::kChunks; i += kAttnThreads) {
     const int g = i / S::kChunks, c = i % S::kChunks;
     float* dst = q_s + g * D + c * S::kVec;
@@ -565,6 +727,17 @@ __global__ void __launch_bounds__(kAttnThreads, (AttnShape<T, D, GC>::kMinBlocks
       for (int e = 0; e < S::kVec; ++e) dst[e] = 0.f;
     }
   }
+  const int ctx = min(stored_len, max_tokens);
+  if (start >= ctx) {
+    // Nothing to attend to. Only an empty context (against the contract) gets here with the
+    // first partition: the reference's softmax over no key gives NaN.
+    if (part == 0)
+      for (int i = tid; i < g_count * D; i += kAttnThreads)
+        out[(static_cast<std::size_t>(row) * heads + h0 + i / D) * D + i % D] = from_float<T>(NAN);
+    return;
+  }
+  const int n = min(part_tokens, ctx - start);               // tokens of this partition
+  const int active = (ctx + part_tokens - 1) / part_tokens;  // the row's active partitions
   __syncthreads();
 
   // Items 0 .. tiles-1 are key tiles, tiles .. 2 tiles-1 value tiles; item i sits in buffer
@@ -719,7 +892,7 @@ __global__ void __launch_bounds__(kAttnThreads, (AttnShape<T, D, GC>::kMinBlocks
       s.w += x.w;
     }
     const std::size_t head = static_cast<std::size_t>(row) * heads + h0 + g;
-    if (num_parts == 1) {
+    if (active == 1) {
       const float l = head_sum[g];
       Vec<T, 4> o;
       o.v[0] = from_float<T>(s.x / l);
@@ -736,43 +909,51 @@ __global__ void __launch_bounds__(kAttnThreads, (AttnShape<T, D, GC>::kMinBlocks
       }
     }
   }
-}
+  if (active == 1) return;
 
-// Merges the partitions of one (row, head) per warp: out = sum_p e^(m_p - M) acc_p / sum_p
-// e^(m_p - M) l_p, over the partitions that hold tokens of the row.
-template <typename T, int D>
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_combine_kernel(const float* __restrict__ ws_acc, const float* __restrict__ ws_ml,
-                             const std::int32_t* __restrict__ context_lens, T* __restrict__ out, int rows, int heads,
-                             int part_tokens, int num_parts, int max_tokens) {
-  constexpr int kDpl = D / 32;                 // dims per lane
-  constexpr int kLoad = kDpl < 4 ? kDpl : 4;   // floats per load
-  const int item = blockIdx.x * (kAttnThreads / 32) + threadIdx.x / 32;  // row * heads + head
-  const int lane = threadIdx.x & 31;
-  if (item >= rows * heads) return;
-  const int ctx = min(context_lens[item / heads], max_tokens);
-  const int parts = ctx > 0 ? (ctx + part_tokens - 1) / part_tokens : 0;
-  const float* ml = ws_ml + static_cast<std::size_t>(item) * num_parts * 2;
-  float m = -INFINITY;
-  for (int p = 0; p < parts; ++p) m = fmaxf(m, ml[2 * p]);
-  float l = 0.f, acc[kDpl];
-#pragma unroll
-  for (int e = 0; e < kDpl; ++e) acc[e] = 0.f;
-  for (int p = 0; p < parts; ++p) {
-    const float w = expf(ml[2 * p] - m);
-    l += ml[2 * p + 1] * w;
-    const float* a = ws_acc + (static_cast<std::size_t>(item) * num_parts + p) * D + lane * kDpl;
-#pragma unroll
-    for (int e = 0; e < kDpl; e += kLoad) {
-      const Vec<float, kLoad> x = load_vec<kLoad>(a + e);
-#pragma unroll
-      for (int f = 0; f < kLoad; ++f) acc[e + f] += w * x.v[f];
+  // ---- 4. The last active partition to finish merges them all.
+  __threadfence();  // this thread's partial is visible to the whole device before the count
+  __syncthreads();
+  if (tid == 0) {
+    std::int32_t* counter = counters + (static_cast<std::size_t>(row) * gridDim.y + blockIdx.y);
+    const bool last = atomicAdd(counter, 1) == active - 1;
+    if (last) {
+      *counter = 0;     // every active partition has counted: nobody touches it again this call
+      __threadfence();  // the others' partials are read after their counts
     }
+    merges = last;
   }
-  Vec<T, kDpl> o;
-#pragma unroll
-  for (int e = 0; e < kDpl; ++e) o.v[e] = from_float<T>(acc[e] / l);  // no partition: 0 / 0, NaN as torch
-  store_vec<kDpl>(out + static_cast<std::size_t>(item) * D + lane * kDpl, o);
+  __syncthreads();
+  if (!merges) return;
+  // Out of L2 (__ldcg): another multiprocessor wrote them. The same operations in the same order
+  // as the reference merge: m over the partitions, then l and acc over them in order.
+  for (int i = tid; i < g_count * (D / 4); i += kAttnThreads) {
+    const int g = i / (D / 4), d = (i % (D / 4)) * 4;
+    const std::size_t first = (static_cast<std::size_t>(row) * heads + h0 + g) * num_parts;  // slot of partition 0
+    const float2* ml = reinterpret_cast<const float2*>(ws_ml) + first;  // (max, sum) pairs
+    float m = -INFINITY;
+#pragma unroll 4
+    for (int p = 0; p < active; ++p) m = fmaxf(m, __ldcg(ml + p).x);
+    float l = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int p = 0; p < active; ++p) {
+      const float2 ml_p = __ldcg(ml + p);
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(ws_acc + (first + p) * D + d));
+      const float w = expf(ml_p.x - m);
+      l += ml_p.y * w;
+      acc.x += w * x.x;
+      acc.y += w * x.y;
+      acc.z += w * x.z;
+      acc.w += w * x.w;
+    }
+    Vec<T, 4> o;
+    o.v[0] = from_float<T>(acc.x / l);
+    o.v[1] = from_float<T>(acc.y / l);
+    o.v[2] = from_float<T>(acc.z / l);
+    o.v[3] = from_float<T>(acc.w / l);
+    store_vec<4>(out + (static_cast<std::size_t>(row) * heads + h0 + g) * D + d, o);
+  }
 }
 
 struct AttnArgs {
@@ -783,6 +964,7 @@ struct AttnArgs {
   const std::int32_t* context_lens;
   void* out;
   void* workspace;
+  std::int32_t* counters;
   int rows, heads, kv_heads, head_chunks, block_size, max_blocks;
   AttnSplit split;
   float scale;
@@ -805,19 +987,12 @@ void launch_attention(const AttnArgs& a, cudaStream_t stream) {
       static_cast<std::size_t>(a.rows) * a.heads * static_cast<std::size_t>(a.split.num_parts);
   float* ws_acc = a.split.num_parts > 1 ? static_cast<float*>(a.workspace) : nullptr;
   float* ws_ml = a.split.num_parts > 1 ? ws_acc + slots * D : nullptr;
+  std::int32_t* counters = a.split.num_parts > 1 ? a.counters : nullptr;
   const dim3 grid(a.split.num_parts, a.kv_heads * a.head_chunks, a.rows);
-  kernel<<<grid, kAttnThreads, smem, stream>>>(
-      static_cast<const T*>(a.q), static_cast<const T*>(a.k_pool), static_cast<const T*>(a.v_pool), a.block_tables,
-      a.context_lens, static_cast<T*>(a.out), ws_acc, ws_ml, a.heads, a.kv_heads, a.head_chunks, a.block_size,
-      a.max_blocks, a.split.part_tokens, a.split.num_parts, a.scale);
-  check_launch("paged_attention");
-  if (a.split.num_parts > 1) {
-    const int blocks = ceil_div(a.rows * a.heads, kAttnThreads / 32);
-    attention_combine_kernel<T, D><<<blocks, kAttnThreads, 0, stream>>>(
-        ws_acc, ws_ml, a.context_lens, static_cast<T*>(a.out), a.rows, a.heads, a.split.part_tokens,
-        a.split.num_parts, a.max_blocks * a.block_size);
-    check_launch("paged_attention (partition merge)");
-  }
+  launch("paged_attention", kernel, grid, dim3(kAttnThreads), smem, stream, static_cast<const T*>(a.q),
+         static_cast<const T*>(a.k_pool), static_cast<const T*>(a.v_pool), a.block_tables, a.context_lens,
+         static_cast<T*>(a.out), ws_acc, ws_ml, counters, a.heads, a.kv_heads, a.head_chunks, a.block_size,
+         a.max_blocks, a.split.part_tokens, a.split.num_parts, a.scale);
 }
 
 template <typename T, int D>
@@ -826,6 +1001,7 @@ void launch_attention_dim(const AttnArgs& a, int group_chunk, cudaStream_t strea
     case 1: launch_attention<T, D, 1>(a, stream); return;
     case 2: launch_attention<T, D, 2>(a, stream); return;
     case 4: launch_attention<T, D, 4>(a, stream); return;
+    case 6: launch_attention<T, D, 6>(a, stream); return;
     case 8: launch_attention<T, D, 8>(a, stream); return;
     default: launch_attention<T, D, 16>(a, stream); return;
   }
@@ -841,6 +1017,8 @@ __global__ void __launch_bounds__(kSiluThreads)
     silu_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int inter, std::int64_t total) {
   using V = Vec<T, VEC>;
   const int per_row = inter / VEC;
+  wait_for_producers();
+  allow_dependents();
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kSiluThreads + threadIdx.x; i < total;
        i += static_cast<std::int64_t>(gridDim.x) * kSiluThreads) {
     const std::int64_t r = i / per_row;
@@ -862,9 +1040,8 @@ template <typename T, int VEC>
 void launch_silu_mul(const void* gate_up, void* out, int rows, int inter, cudaStream_t stream) {
   const std::int64_t total = static_cast<std::int64_t>(rows) * (inter / VEC);
   const std::int64_t blocks = std::min<std::int64_t>((total + kSiluThreads - 1) / kSiluThreads, 1 << 20);
-  silu_mul_kernel<T, VEC><<<static_cast<unsigned>(blocks), kSiluThreads, 0, stream>>>(
-      static_cast<const T*>(gate_up), static_cast<T*>(out), inter, total);
-  check_launch("silu_mul");
+  launch("silu_mul", silu_mul_kernel<T, VEC>, dim3(static_cast<unsigned>(blocks)), dim3(kSiluThreads), 0, stream,
+         static_cast<const T*>(gate_up), static_cast<T*>(out), inter, total);
 }
 
 // =============================================================================================
@@ -908,6 +1085,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int row = blockIdx.x;
   const T* x_row = logits + static_cast<std::size_t>(row) * vocab;
+  wait_for_producers();
+  allow_dependents();
   // torch on CUDA divides by a scalar as x * (1 / scalar), in fp32.
   auto scaled = [&](T l) { return greedy ? to_float(l) : __fmul_rn(to_float(l), inv_temperature); };
 
@@ -1108,10 +1287,15 @@ std::size_t paged_attention_workspace_bytes(int rows, int heads, int kv_heads, i
   return static_cast<std::size_t>(rows) * heads * split.num_parts * (head_dim + 2) * sizeof(float);
 }
 
+std::size_t paged_attention_counters(int rows, int heads, int kv_heads) {
+  if (rows <= 0 || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0) return 0;
+  return static_cast<std::size_t>(rows) * kv_heads * attention_head_chunks(heads, kv_heads);
+}
+
 void paged_attention(Dtype dtype, const void* q, const void* k_pool, const void* v_pool,
                      const std::int32_t* block_tables, const std::int32_t* context_lens, void* out, int rows,
                      int heads, int kv_heads, int head_dim, int block_size, int max_blocks, float scale,
-                     void* workspace, cudaStream_t stream) {
+                     void* workspace, std::int32_t* counters, cudaStream_t stream) {
   const char* fn = "paged_attention";
   require(head_dim == 64 || head_dim == 128 || head_dim == 256, fn,
           "head_dim must be 64, 128 or 256, got " + std::to_string(head_dim));
@@ -1134,6 +1318,7 @@ void paged_attention(Dtype dtype, const void* q, const void* k_pool, const void*
              context_lens,
              out,
              workspace,
+             counters,
              rows,
              heads,
              kv_heads,
@@ -1143,9 +1328,11 @@ void paged_attention(Dtype dtype, const void* q, const void* k_pool, const void*
              attention_split(rows, heads, kv_heads, max_blocks * block_size),
              scale};
   require(a.kv_heads * a.head_chunks <= 65535, fn, "too many kv heads");
-  if (a.split.num_parts > 1)
+  if (a.split.num_parts > 1) {
     require(workspace != nullptr && aligned16(workspace), fn,
             "a 16-byte aligned workspace of paged_attention_workspace_bytes() bytes is needed");
+    require(counters != nullptr, fn, "paged_attention_counters() zeroed int32 counters are needed");
+  }
   with_type(dtype, [&](auto tag) {
     using T = decltype(tag);
     switch (head_dim) {
@@ -1182,13 +1369,9 @@ void sample_rows(Dtype dtype, const void* logits, int rows, int vocab, float tem
   with_type(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kVec = 16 / sizeof(T);
-    if (vocab % kVec == 0 && aligned16(logits))
-      sample_rows_kernel<T, kVec><<<rows, kSampleThreads, 0, stream>>>(static_cast<const T*>(logits), vocab, greedy,
-                                                                      inv_temperature, uniforms, tokens, logprobs);
-    else
-      sample_rows_kernel<T, 1><<<rows, kSampleThreads, 0, stream>>>(static_cast<const T*>(logits), vocab, greedy,
-                                                                   inv_temperature, uniforms, tokens, logprobs);
-    check_launch("sample_rows");
+    auto kernel = vocab % kVec == 0 && aligned16(logits) ? sample_rows_kernel<T, kVec> : sample_rows_kernel<T, 1>;
+    launch("sample_rows", kernel, dim3(rows), dim3(kSampleThreads), 0, stream, static_cast<const T*>(logits), vocab,
+           greedy, inv_temperature, uniforms, tokens, logprobs);
   });
 }
 

@@ -28,14 +28,22 @@ void rope_write_kv(Dtype dtype, const void* qkv, const std::int64_t* positions, 
 std::size_t paged_attention_workspace_bytes(int rows, int heads, int kv_heads, int head_dim, int max_blocks,
                                             int block_size);
 
+// Int32 counters paged_attention needs for these sizes: one per (row, kv head, chunk of the
+// group's query heads), rows * kv_heads * chunks, at most rows * heads (0 for sizes it rejects).
+std::size_t paged_attention_counters(int rows, int heads, int kv_heads);
+
 // q, out [rows, heads, head_dim]; k_pool, v_pool [blocks, block_size, kv_heads, head_dim];
 // block_tables [rows, max_blocks]; context_lens [rows] (>= 1). workspace: as many bytes as
-// paged_attention_workspace_bytes says (may be null when that is 0). The launch shape depends
-// only on the sizes passed, never on context_lens' contents, so a CUDA graph can capture it.
+// paged_attention_workspace_bytes says (may be null when that is 0). counters: at least
+// paged_attention_counters(rows, heads, kv_heads) int32, all zero on entry, and all zero again
+// once the kernel has run, so that one buffer serves every call and every replay of a graph
+// (calls must not overlap in time: one stream). May be null when the workspace is 0 bytes. The
+// launch shape depends only on the sizes passed, never on context_lens' contents, so a CUDA
+// graph can capture it.
 void paged_attention(Dtype dtype, const void* q, const void* k_pool, const void* v_pool,
                      const std::int32_t* block_tables, const std::int32_t* context_lens, void* out, int rows,
                      int heads, int kv_heads, int head_dim, int block_size, int max_blocks, float scale,
-                     void* workspace, cudaStream_t stream);
+                     void* workspace, std::int32_t* counters, cudaStream_t stream);
 
 // gate_up [rows, 2 * inter]; out [rows, inter].
 void silu_mul(Dtype dtype, const void* gate_up, void* out, int rows, int inter, cudaStream_t stream);
