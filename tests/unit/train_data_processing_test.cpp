@@ -3,6 +3,8 @@
 // datums assembled from trajectory groups (their order, masks, advantages, removed groups).
 #include "kbrl/train/data_processing.hpp"
 
+#include <cmath>
+
 #include "catch.hpp"
 #include "kbrl/core/error.hpp"
 
@@ -52,6 +54,25 @@ TEST_CASE("advantages are group-centered and per turn") {
   CHECK(multi[2][2] == 0.0);
   CHECK(train::constant_group({{0.2, 0.1}, {0.2, 0.1}}));
   CHECK_FALSE(train::constant_group({{0.2}, {0.3}}));
+}
+
+TEST_CASE("negative advantages are scaled by negative_weight, after normalization") {
+  AdvantageOptions o;
+  o.negative_weight = 0.25;
+  // Mean 0.25: advantages 0.75, -0.25, -0.25, -0.25 before the weight.
+  const auto a = turn_advantages({{1.0}, {0.0}, {0.0}, {0.0}}, o);
+  CHECK(a[0][0] == Catch::Approx(0.75));
+  CHECK(a[1][0] == Catch::Approx(-0.0625));
+  o.std_normalize = true;  // std sqrt(3) / 4: 0.75 -> sqrt(3), -0.25 -> -1 / sqrt(3)
+  const auto n = turn_advantages({{1.0}, {0.0}, {0.0}, {0.0}}, o);
+  CHECK(n[0][0] == Catch::Approx(std::sqrt(3.0)).epsilon(1e-5));
+  CHECK(n[3][0] == Catch::Approx(-0.25 / std::sqrt(3.0)).epsilon(1e-5));
+  o.negative_weight = 0;
+  CHECK(turn_advantages({{1.0}, {0.0}}, o)[1][0] == 0.0);
+  for (const double bad : {-0.1, 1.5}) {
+    o.negative_weight = bad;
+    CHECK_THROWS_AS(turn_advantages({{1.0}, {0.0}}, o), core::InvalidArgument);
+  }
 }
 
 TEST_CASE("the returns are the reward config's multi_turn: gamma and form") {

@@ -38,6 +38,8 @@ std::vector<std::vector<double>> turn_advantages(const std::vector<std::vector<d
                                                  const AdvantageOptions& options, const std::vector<bool>& solved) {
   if (!solved.empty() && solved.size() != rewards.size())
     throw core::InvalidArgument(fmt::format("turn_advantages: {} solved flags for {} rollouts", solved.size(), rewards.size()));
+  if (!(options.negative_weight >= 0 && options.negative_weight <= 1))
+    throw core::InvalidArgument(fmt::format("turn_advantages: negative_weight {} is outside [0, 1]", options.negative_weight));
   std::vector<std::vector<double>> returns;
   std::size_t turns = 0;
   for (std::size_t i = 0; i < rewards.size(); ++i) {
@@ -66,7 +68,10 @@ std::vector<std::vector<double>> turn_advantages(const std::vector<std::vector<d
       if (t < r.size()) var += (r[t] - mean) * (r[t] - mean);
     const double scale = options.std_normalize ? 1.0 / (std::sqrt(var / n) + options.eps) : 1.0;
     for (std::size_t i = 0; i < returns.size(); ++i)
-      if (t < returns[i].size()) adv[i][t] = (returns[i][t] - mean) * scale;
+      if (t < returns[i].size()) {
+        const double a = (returns[i][t] - mean) * scale;
+        adv[i][t] = a < 0 ? a * options.negative_weight : a;
+      }
   }
   return adv;
 }

@@ -385,6 +385,9 @@ const std::vector<Entry>& schema() {
     e.push_back(field("train.micro_batch_tokens", &R::train, &TrainSection::micro_batch_tokens, "padded tokens per forward/backward micro-batch", at_least(1)));
     e.push_back(field("train.activation_checkpointing", &R::train, &TrainSection::activation_checkpointing, "recompute each layer in the backward pass"));
     e.push_back(field("train.advantage_std_normalize", &R::train, &TrainSection::advantage_std_normalize, "divide advantages by the group's standard deviation"));
+    e.push_back(field("train.negative_advantage_weight", &R::train, &TrainSection::negative_advantage_weight,
+                      "negative advantages are multiplied by this (1: plain GRPO; 0: only rollouts better than their "
+                      "group's mean are reinforced)", in_range(0, 1)));
     e.push_back(field("train.remove_constant_reward_groups", &R::train, &TrainSection::remove_constant_reward_groups, "leave groups whose rewards are all equal out of the update"));
     e.push_back(field("train.max_steps_off_policy", &R::train, &TrainSection::max_steps_off_policy,
                       "0: synchronous steps; k >= 1: batch s is sampled from the weights after step s - k while earlier "

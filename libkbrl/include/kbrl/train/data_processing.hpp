@@ -38,6 +38,11 @@ struct AdvantageOptions {
   // (ignored for one turn).
   reward::MultiTurnOptions returns;
   bool std_normalize = false;  // divide by the group's (population) standard deviation + eps
+  // Negative advantages (rollouts worse than their group's mean) are multiplied by this, after
+  // any normalization: 1 is plain GRPO; below 1 the update leans on the better rollouts, which
+  // sharpens the policy toward them (raising pass@1 sooner, at some cost in diversity); 0
+  // reinforces only the rollouts above the mean.
+  double negative_weight = 1.0;
   double eps = 1e-6;
 };
 

@@ -539,6 +539,7 @@ class Loop {
     DataOptions data_options;
     data_options.advantages.returns = config_.reward.multi_turn;
     data_options.advantages.std_normalize = config_.train.advantage_std_normalize;
+    data_options.advantages.negative_weight = config_.train.negative_advantage_weight;
     data_options.remove_constant_reward_groups = config_.train.remove_constant_reward_groups;
     TrainingData data = assemble_training_data(batch_data.groups, data_options);
     if (stale) data.datums.clear();
