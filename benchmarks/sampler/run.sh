@@ -9,8 +9,10 @@
 # kbrl_bench_sampler), python3 with torch and transformers, ~4 GB of disk. Writes kbrl.json,
 # transformers-static.json, transformers-dynamic.json, machine.json and results.md into the out
 # dir. SAMPLER_ARGS passes options to every side (e.g. "--batches 16 --new-tokens 128");
-# SAMPLER_CACHES="static" skips the dynamic cache (then its column reads "-"). About 8 minutes on
-# an H100, 4 without the dynamic cache.
+# SAMPLER_CACHES="static" skips the dynamic cache (then its column reads "-");
+# SAMPLER_DYNAMIC_ARGS passes options to the dynamic cache's side only (e.g. "--repeats 1": it is
+# the slowest by far). About 8 minutes on an H100, 5 with "--repeats 1" for the dynamic cache, 4
+# without it.
 set -euo pipefail
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"  # the comment above
@@ -29,8 +31,11 @@ trap 'rm -rf "$work"' EXIT
 # shellcheck disable=SC2086
 "$bench" "$work/model" --json "$out/kbrl.json" --profile ${SAMPLER_ARGS:-}
 for cache in ${SAMPLER_CACHES:-static dynamic}; do
+  extra=""
+  [[ $cache == dynamic ]] && extra="${SAMPLER_DYNAMIC_ARGS:-}"
   # shellcheck disable=SC2086
-  "$python" "$here/sampler_bench.py" transformers "$work/model" --cache $cache --json "$out/transformers-$cache.json" ${SAMPLER_ARGS:-}
+  "$python" "$here/sampler_bench.py" transformers "$work/model" --cache $cache --json "$out/transformers-$cache.json" \
+    ${SAMPLER_ARGS:-} $extra
 done
 "$python" - "$work/model" "$out/machine.json" <<'PY'
 import datetime, glob, json, os, subprocess, sys

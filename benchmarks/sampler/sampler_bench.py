@@ -124,7 +124,8 @@ def summarize(args):
              f"medians of {kb['repeats']} runs after a warm-up.",
              "transformers: `generate` with `cache_implementation=\"static\"` (its compiled decoding forward: the "
              "configuration its documentation gives for fast generation), and with its default dynamic cache for "
-             "reference.",
+             "reference" + (f" (medians of {tf['dynamic']['repeats']})" if "dynamic" in tf and
+                            tf["dynamic"]["repeats"] != kb["repeats"] else "") + ".",
              "decode tok/s = B x (N - 1) / (t(N) - t(1)): generation after the prefill. "
              "Roofline: every step reads all weights once plus each row's KV cache (mean context P + N/2) "
              f"at the peak HBM bandwidth ({bw / 1e12:.2f} TB/s)." if bw else "No HBM bandwidth known for this GPU.",
@@ -138,7 +139,7 @@ def summarize(args):
         if not s_row:
             continue
         roof = b * bw / (weight_bytes + b * (P + N / 2) * kv_per_token) if bw else None
-        pct = (lambda x: f"{100 * x / roof:.0f}%") if roof else (lambda x: "-")
+        pct = (lambda x: f"{100 * x / roof:.1f}%") if roof else (lambda x: "-")
         k, t = r["decode_tokens_per_s"], s_row["decode_tokens_per_s"]
         d = f"{d_row['decode_tokens_per_s']:.0f}" if d_row else "-"
         lines.append(f"| {b} | {k:.0f} | {t:.0f} | {k / t:.2f}x | {d} | {roof:.0f} | {pct(k)} | {pct(t)} |"
