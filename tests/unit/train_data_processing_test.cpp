@@ -166,6 +166,25 @@ TEST_CASE("training data: a datum per sampled transition, constant groups left o
   CHECK(kept.datums[2].advantages.back() == 0.0F);
 }
 
+TEST_CASE("training data: mask_truncated leaves cut completions out, their rewards still counted") {
+  core::Transition cut = transition(0.0, {6, 7});
+  cut.completion.truncated = true;
+  const std::vector<core::TrajectoryGroup> groups = {
+      group("a", {{transition(1.0, {4})}, {cut}, {transition(0.0, {5})}})};
+  train::DataOptions d;
+  d.mask_truncated = true;
+  const auto data = train::assemble_training_data(groups, d);
+  CHECK(data.truncated_masked == 1);
+  // Mean 1/3 over all three rewards: the cut completion is part of its group's baseline.
+  CHECK(data.advantages[0][0][0] == Catch::Approx(2.0 / 3));
+  REQUIRE(data.datums.size() == 2);
+  CHECK(data.datums[0].target_tokens.back() == 4);
+  CHECK(data.datums[1].target_tokens.back() == 5);
+  CHECK(data.datums[1].advantages.back() == Catch::Approx(-1.0 / 3));
+  d.mask_truncated = false;
+  CHECK(train::assemble_training_data(groups, d).datums.size() == 3);
+}
+
 TEST_CASE("a completion datum masks the prompt and needs matching logprobs") {
   const auto d = train::completion_datum({1, 2}, {3, 4, 5}, {-1, -2, -3}, 0.25F);
   CHECK(d.model_input == std::vector<std::int64_t>{1, 2, 3, 4});

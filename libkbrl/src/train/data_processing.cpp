@@ -128,6 +128,10 @@ TrainingData assemble_training_data(const std::vector<core::TrajectoryGroup>& gr
       for (std::size_t t = 0; t < transitions.size(); ++t) {
         const auto& tr = transitions[t];
         if (tr.completion.tokens.empty()) continue;
+        if (options.mask_truncated && tr.completion.truncated) {
+          ++out.truncated_masked;
+          continue;
+        }
         const std::vector<std::int64_t> prompt(tr.prompt_tokens.begin(), tr.prompt_tokens.end());
         const std::vector<std::int64_t> completion(tr.completion.tokens.begin(), tr.completion.tokens.end());
         out.datums.push_back(

@@ -388,6 +388,9 @@ const std::vector<Entry>& schema() {
     e.push_back(field("train.negative_advantage_weight", &R::train, &TrainSection::negative_advantage_weight,
                       "negative advantages are multiplied by this (1: plain GRPO; 0: only rollouts better than their "
                       "group's mean are reinforced)", in_range(0, 1)));
+    e.push_back(field("train.mask_truncated", &R::train, &TrainSection::mask_truncated,
+                      "leave completions cut at sampling.max_tokens out of the update (their rewards still count in "
+                      "their group's advantages)"));
     e.push_back(field("train.remove_constant_reward_groups", &R::train, &TrainSection::remove_constant_reward_groups, "leave groups whose rewards are all equal out of the update"));
     e.push_back(field("train.max_steps_off_policy", &R::train, &TrainSection::max_steps_off_policy,
                       "0: synchronous steps; k >= 1: batch s is sampled from the weights after step s - k while earlier "

@@ -68,6 +68,10 @@ struct DataOptions {
   AdvantageOptions advantages;
   // Groups whose rewards are all equal train nothing (their datums are left out).
   bool remove_constant_reward_groups = true;
+  // Completions cut at max_tokens (completion.truncated) train nothing (DAPO's overlong
+  // filtering): their rewards still count in their group's advantages, but their tokens, which
+  // after a wrong turn are often noise the update would push up or down, are left out.
+  bool mask_truncated = false;
 };
 
 // A batch of groups turned into datums, with what the logs report about it.
@@ -78,6 +82,7 @@ struct TrainingData {
   std::vector<bool> removed;          // per group: constant and left out
   std::size_t constant_groups = 0;
   std::size_t groups_used = 0;        // groups with datums in the batch
+  std::size_t truncated_masked = 0;   // transitions left out by mask_truncated
   std::vector<double> used_advantages;  // the advantages of the groups used, in datum order
 };
 

@@ -99,6 +99,7 @@ struct TrainSection {
   bool activation_checkpointing = true;
   bool advantage_std_normalize = false;
   double negative_advantage_weight = 1.0;  // AdvantageOptions::negative_weight
+  bool mask_truncated = false;             // DataOptions::mask_truncated
   bool remove_constant_reward_groups = true;
   // 0: synchronous. k >= 1: batch s is sampled with the weights of step s - k while earlier
   // batches are evaluated and trained (an asynchronous pipeline); samples staler than k are dropped.

@@ -541,6 +541,7 @@ class Loop {
     data_options.advantages.std_normalize = config_.train.advantage_std_normalize;
     data_options.advantages.negative_weight = config_.train.negative_advantage_weight;
     data_options.remove_constant_reward_groups = config_.train.remove_constant_reward_groups;
+    data_options.mask_truncated = config_.train.mask_truncated;
     TrainingData data = assemble_training_data(batch_data.groups, data_options);
     if (stale) data.datums.clear();
     const auto& groups = batch_data.groups;
@@ -591,6 +592,7 @@ class Loop {
     m["groups/constant"] = static_cast<double>(data.constant_groups);
     m["groups/used"] = stale ? 0.0 : static_cast<double>(data.groups_used);
     m["datums"] = static_cast<double>(data.datums.size());
+    if (config_.train.mask_truncated) m["datums/truncated_masked"] = static_cast<double>(data.truncated_masked);
     if (k_ > 0) {
       m["async/policy_lag"] = static_cast<double>(lag);
       m["async/dropped_stale"] = stale ? static_cast<double>(groups.size()) : 0.0;
