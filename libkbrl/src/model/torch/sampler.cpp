@@ -363,9 +363,10 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
                                                       static_cast<std::uint64_t>(row.out.tokens.size()) +
                                                           static_cast<std::uint64_t>(row.in_flight));
   };
-  const auto finish = [&](std::unique_ptr<Row> row) {
-    pool.release(row->blocks);
-    on_finished(row->index, std::move(row->out));
+  // Hands a finished row's sample out and frees its blocks (the row itself is the caller's).
+  const auto finish = [&](Row& row) {
+    pool.release(row.blocks);
+    on_finished(row.index, std::move(row.out));
   };
 
   std::deque<Waiting> waiting;
@@ -486,7 +487,7 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
     for (std::size_t i = 0; i < fresh.size(); ++i) {
       const auto r = static_cast<std::int64_t>(i);
       if (take_token(*fresh[i], static_cast<std::int64_t>(h[0][r]), h[1][r])) {
-        finish(std::move(fresh[i]));
+        finish(*fresh[i]);
       } else {
         running.push_back(std::move(fresh[i]));
       }
@@ -574,15 +575,20 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
     for (auto& row : running) {
       if (!row->finished) {
         still.push_back(std::move(row));
-      } else if (row->in_flight > 0) {  // the next step computes it once more
-        pool.release(row->blocks);
-        on_finished(row->index, std::move(row->out));
-        retired.push_back(std::move(row));
-      } else {
-        finish(std::move(row));
+        continue;
       }
+      finish(*row);
+      if (row->in_flight > 0) retired.push_back(std::move(row));  // the next step computes it once more
     }
     running = std::move(still);
+  };
+  // Inputs of `rows` padding rows (host, int32): token 0 at position 0 of the spare block 0,
+  // attending to it alone, no feedback row.
+  const auto padding_rows = [&](std::int64_t rows, const at::TensorOptions& options) {
+    at::Tensor t = at::zeros({rows, kInputColumns + width}, options.dtype(at::kInt));
+    t.select(1, 3).fill_(1);
+    t.select(1, 4).fill_(-1);
+    return t;
   };
   // A row the next step decodes: one whose tokens (in flight included) are short of max_tokens
   // (one that is not finishes when its last token is taken).
@@ -640,8 +646,7 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
       continue;
     }
 
-    // The step's inputs (pinned on CUDA), padded to the graph's rows: padding rows take token 0
-    // at position 0 of the spare block 0 and attend to it alone.
+    // The step's inputs (pinned on CUDA), padded to the graph's rows.
     const auto R = static_cast<std::int64_t>(batch.size());
     const std::int64_t G = graphs ? graph_rows(R, options_.max_batch) : R;
     if (graphs && pending && graph_of.count(G) == 0) {
@@ -654,15 +659,11 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
     StepInFlight step;
     step.rows = batch;
     step.out = at::empty({2, G}, host.dtype(at::kDouble));
-    at::Tensor inputs = at::zeros({G, kInputColumns + width}, host.dtype(at::kInt));
+    at::Tensor inputs = padding_rows(G, host);
     at::Tensor uniforms = at::full({G}, 0.5, host.dtype(at::kDouble));
     {
       auto a = inputs.accessor<std::int32_t, 2>();
       auto u = uniforms.accessor<double, 1>();
-      for (std::int64_t r = 0; r < G; ++r) {
-        a[r][3] = 1;
-        a[r][4] = -1;
-      }
       for (std::int64_t r = 0; r < R; ++r) {
         Row& row = *batch[static_cast<std::size_t>(r)];
         const std::int64_t pos = row.cached;
@@ -681,10 +682,7 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
     if (graphs) {
       auto& graph = graph_of[G];
       if (!graph) {
-        at::Tensor padding = at::zeros({G, kInputColumns + width}, at::kInt);
-        padding.select(1, 3).fill_(1);
-        padding.select(1, 4).fill_(-1);
-        graph = detail::capture_decode_graph(body, padding, device, graph_pool);
+        graph = detail::capture_decode_graph(body, padding_rows(G, at::TensorOptions()), device, graph_pool);
         ++stats_.graphs_captured;
       }
       graph->launch(inputs, uniforms, step.out);
