@@ -61,7 +61,8 @@ if [[ "${KBRL_SKIP_PIP:-0}" != 1 ]]; then
     echo "deps.sh: Python packages present ($venv)"
   else
     echo "deps.sh: installing Python packages into $venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+    # No pip cache: it would hold a second copy of the wheels (about 3 GB with torch's CUDA libraries).
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir -r "$req"
     cp "$req" "$stamp"
   fi
 fi

@@ -90,3 +90,5 @@ if(PYTHON_INSTALL_DIR)
   expect("${real_worker}" "the installed Python module's worker")
   message(STATUS "installed Python module: loads, and uses the installed worker")
 endif()
+# Passed: the prefix (a full install, hundreds of MB) and the build go; a failure keeps them.
+file(REMOVE_RECURSE "${WORK_DIR}")

@@ -53,3 +53,5 @@ if(NOT step_output MATCHES "${EXPECT}")
   message(FATAL_ERROR "consumer test: unexpected output:\n${step_output}")
 endif()
 message(STATUS "${step_output}")
+# Passed: the prefix (a full install, hundreds of MB) and the build go; a failure keeps them.
+file(REMOVE_RECURSE "${WORK_DIR}")
