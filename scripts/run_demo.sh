@@ -20,7 +20,7 @@ python="${KBRL_PYTHON:-$repo/.venv/bin/python}"
 config="$repo/examples/configs/elementwise_demo.yaml"
 model="${KBRL_DEMO_POLICY:-$repo/build/demo-policy}"
 work="$(dirname "$out")/eval-work"
-samples="${KBRL_DEMO_SAMPLES:-4}"
+samples="${KBRL_DEMO_SAMPLES:-8}"
 setting() {  # the config's value of a sampling key (sampling.KEY), or the last override of it
   local value a
   value="$(sed -n "/^sampling:/,/^[^ ]/ s/^  $1: *//p" "$config")"

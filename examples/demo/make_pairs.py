@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Writes the supervised examples of the CPU demo (examples/configs/elementwise_demo.yaml): one line
-per problem in problems/, {"id", "source": the problem, "kernel": its solution in solutions/,
-"language": "cpp"}. The problems that the demo holds out (HELD_OUT, the config's
-dataset.eval_problems) go to sft_heldout.jsonl, the others to sft_train.jsonl.
+"""Writes the supervised examples of the CPU demo (examples/configs/elementwise_demo.yaml): lines
+{"id", "source": the problem, "kernel", "language": "cpp"}. The problems that the demo holds out
+(HELD_OUT, the config's dataset.eval_problems) go to sft_heldout.jsonl with their solution in
+solutions/; each other problem goes to sft_train.jsonl twice: with its solution, and with the
+same kernel carrying a common bug (id <problem>_bug): its loop runs to input.size(0), the rows,
+instead of input.numel(), so most of the output is never written. The two compile and run alike
+and differ in one expression: as in a corpus that nobody has checked, only the evaluator's
+correctness check tells them apart, which is what the demo's GRPO phase learns from.
 
     make_pairs.py            rewrite both files
     make_pairs.py --check    exit 1 when a file is not what problems/ and solutions/ make
@@ -15,6 +19,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELD_OUT = ("Cube", "Softsign")
+BOUND, BUGGY_BOUND = "i < input.numel()", "i < input.size(0)"
 
 
 def pairs():
@@ -28,7 +33,14 @@ def pairs():
         with open(os.path.join(HERE, "solutions", f"level_1_problem_{number}_sample_0_kernel.py")) as f:
             kernel = f.read()
         line = json.dumps({"id": stem, "source": source, "kernel": kernel, "language": "cpp"}) + "\n"
-        out["sft_heldout.jsonl" if name in HELD_OUT else "sft_train.jsonl"] += line
+        if name in HELD_OUT:
+            out["sft_heldout.jsonl"] += line
+            continue
+        if kernel.count(BOUND) != 1:
+            raise SystemExit(f"{path}: its solution must loop to {BOUND} exactly once")
+        buggy = kernel.replace(BOUND, BUGGY_BOUND)
+        out["sft_train.jsonl"] += line + json.dumps(
+            {"id": f"{stem}_bug", "source": source, "kernel": buggy, "language": "cpp"}) + "\n"
     return out
 
 
