@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
+#include <optional>
 #include <tuple>
 
 namespace kbrl::serve {
@@ -112,6 +114,14 @@ Batcher::Stats Batcher::stats() const {
   return stats_;
 }
 
+namespace {
+
+// What a group shares: the distribution drawn from.
+using GroupKey = std::tuple<std::string, double, double, std::int64_t>;
+GroupKey group_key(const SamplingJob& j) { return {j.adapter, j.temperature, j.top_p, j.top_k}; }
+
+}  // namespace
+
 void Batcher::run() {
   using clock = std::chrono::steady_clock;
   for (;;) {
@@ -120,7 +130,7 @@ void Batcher::run() {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
-      // Give the requests that arrive together a moment to join (unless the batch is full).
+      // Give the requests that arrive together a moment to join (unless the rows are there).
       auto rows_waiting = [this] {
         std::size_t rows = 0;
         for (const auto& e : queue_) rows += e.rows();
@@ -132,10 +142,8 @@ void Batcher::run() {
         cv_.wait_until(lock, deadline, [&] { return stopping_ || rows_waiting() >= config_.max_batch; });
         if (stopping_) return;
       }
-      // First come, first served: the oldest request always goes; the next ones while they fit.
-      std::size_t rows = 0;
-      while (!queue_.empty() && (batch.empty() || rows + queue_.front().rows() <= config_.max_batch)) {
-        rows += queue_.front().rows();
+      // Everything waiting: the sampler admits rows as they free up, oldest first.
+      while (!queue_.empty()) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -155,94 +163,153 @@ void Batcher::run() {
 
 void Batcher::run_batch(std::vector<Entry>& batch) {
   const auto start = std::chrono::steady_clock::now();
-  // Requests that draw from the same distribution share a generate call, in arrival order.
-  using Key = std::tuple<std::string, double, double, std::int64_t, std::int64_t>;
-  std::vector<Key> order;
-  std::map<Key, std::vector<Entry*>> groups;
-  std::size_t rows = 0;
+  // Requests that draw from the same distribution share a stream, in arrival order.
+  std::vector<GroupKey> order;
+  std::map<GroupKey, std::vector<Entry*>> groups;
   for (auto& e : batch) {
-    const auto& j = e.job;
-    Key key{j.adapter, j.temperature, j.top_p, j.top_k, j.n};
+    const GroupKey key = group_key(e.job);
     if (groups.find(key) == groups.end()) order.push_back(key);
     groups[key].push_back(&e);
-    rows += e.rows();
   }
+  std::deque<Entry> joined;
   std::int64_t tokens = 0;
+  std::size_t requests = 0, rows = 0;
   std::vector<std::string> sizes;
   for (const auto& key : order) {
     auto& group = groups[key];
+    tokens += run_group(group, joined);
     sizes.push_back(std::to_string(group.size()));
-    tokens += run_group(group);
+    requests += group.size();
+    for (const Entry* e : group) rows += e->rows();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (log_) {
-    log_(fmt::format("batch of {} request{} ({} row{}) in {} group{} [{}]: {} tokens in {:.3f} s", batch.size(),
-                     batch.size() == 1 ? "" : "s", rows, rows == 1 ? "" : "s", order.size(), order.size() == 1 ? "" : "s",
-                     fmt::join(sizes, ", "), tokens, seconds));
+    log_(fmt::format("batch of {} request{} ({} row{}) in {} group{} [{}]{}: {} tokens in {:.3f} s", requests,
+                     requests == 1 ? "" : "s", rows, rows == 1 ? "" : "s", order.size(), order.size() == 1 ? "" : "s",
+                     fmt::join(sizes, ", "),
+                     joined.empty() ? std::string() : fmt::format(", {} joined while it ran", joined.size()), tokens,
+                     seconds));
   }
 }
 
-std::int64_t Batcher::run_group(std::vector<Entry*>& group) {
-  const std::int64_t n = group.front()->job.n;
-  std::vector<std::vector<std::int64_t>> prompts;
-  std::vector<std::uint64_t> keys;
-  std::vector<std::pair<std::size_t, std::size_t>> owner;  // prompt -> (entry in group, its prompt index)
-  DrawParams params;
-  params.temperature = group.front()->job.temperature;
-  params.top_p = group.front()->job.top_p;
-  params.top_k = group.front()->job.top_k;
-  params.max_tokens = 1;
-  std::vector<std::vector<RowText>> rows(group.size());
-  std::vector<std::size_t> open(group.size(), 0);  // rows not finished yet, per entry
-  for (std::size_t g = 0; g < group.size(); ++g) {
-    const auto& job = group[g]->job;
-    params.max_tokens = std::max(params.max_tokens, job.max_tokens);
-    for (std::size_t p = 0; p < job.prompts.size(); ++p) {
-      prompts.push_back(job.prompts[p]);
-      keys.push_back(prompt_key(job.seed, p));
-      owner.emplace_back(g, p);
-      for (std::int64_t s = 0; s < n; ++s) rows[g].emplace_back(model_.tokenizer(), job.stop, job.max_tokens);
-    }
-    open[g] = rows[g].size();
+Batcher::Entry* Batcher::take_joiner(const SamplingJob& like, std::int64_t max_tokens, std::size_t longest,
+                                     std::deque<Entry>& joined) {
+  std::lock_guard lock(mu_);
+  if (stopping_ || queue_.empty() || model_.device_wanted()) return nullptr;
+  const SamplingJob& job = queue_.front().job;
+  if (group_key(job) != group_key(like) || job.max_tokens > max_tokens) return nullptr;
+  for (const auto& p : job.prompts)
+    if (p.size() > longest) return nullptr;
+  joined.push_back(std::move(queue_.front()));
+  queue_.pop_front();
+  ++stats_.jobs;
+  ++stats_.joined;
+  return &joined.back();
+}
+
+std::int64_t Batcher::run_group(std::vector<Entry*>& group, std::deque<Entry>& joined) {
+  const SamplingJob& first = group.front()->job;
+  // The stream's own limit: the group's largest max_tokens, rounded up to a power of two (within
+  // the context) so that requests asking for a little more can still join; each row stops at
+  // its request's own limit.
+  std::int64_t asked = 1;
+  std::size_t longest = 1, rows_at_start = 0;
+  for (const Entry* e : group) {
+    asked = std::max(asked, e->job.max_tokens);
+    for (const auto& p : e->job.prompts) longest = std::max(longest, p.size());
+    rows_at_start += e->rows();
   }
-  std::vector<bool> done(group.size(), false);
-  auto finish = [&](std::size_t g, const std::string* error) {
-    if (done[g]) return;
-    done[g] = true;
-    group[g]->callbacks.done(error);
+  std::int64_t rounded = 1;
+  while (rounded < asked) rounded *= 2;
+  DrawParams params;
+  params.temperature = first.temperature;
+  params.top_p = first.top_p;
+  params.top_k = first.top_k;
+  params.max_tokens = std::max(asked, std::min(rounded, model_.context_length()));
+  // The KV cache: room for the rows it starts with, twice over for those that join (more is
+  // preempted and recomputed), at the most rows decoded together.
+  const auto cache_rows = static_cast<std::int64_t>(std::min(config_.max_batch, 2 * rows_at_start));
+  const std::int64_t expected = cache_rows * (static_cast<std::int64_t>(longest) + params.max_tokens + 32);
+
+  struct JobRows {
+    Entry* entry = nullptr;
+    std::vector<RowText> rows;  // prompt * n + sample
+    std::size_t open = 0;       // rows not finished yet
+    bool done = false;
+  };
+  std::deque<JobRows> jobs;  // jobs[i] is group[i], once its first prompt is admitted
+  std::vector<std::pair<JobRows*, std::size_t>> row_of;  // the sampler's row index -> (job, its row)
+  JobRows* feeding = nullptr;
+  std::size_t next_prompt = 0;
+  const auto finish = [&](JobRows& j, const std::string* error) {
+    if (j.done) return;
+    j.done = true;
+    j.entry->callbacks.done(error);
+  };
+  const auto next = [&]() -> std::optional<StreamRequest> {
+    for (;;) {
+      if (feeding != nullptr && next_prompt < feeding->entry->job.prompts.size()) {
+        const SamplingJob& job = feeding->entry->job;
+        const std::size_t p = next_prompt++;
+        for (std::int64_t s = 0; s < job.n; ++s)
+          row_of.emplace_back(feeding, p * static_cast<std::size_t>(job.n) + static_cast<std::size_t>(s));
+        return StreamRequest{job.prompts[p], job.n, prompt_key(job.seed, p)};
+      }
+      if (jobs.size() == group.size()) {
+        Entry* e = take_joiner(first, params.max_tokens, longest, joined);
+        if (e == nullptr) return std::nullopt;
+        group.push_back(e);
+      }
+      JobRows& j = jobs.emplace_back();
+      j.entry = group[jobs.size() - 1];
+      const SamplingJob& job = j.entry->job;
+      for (std::size_t p = 0; p < job.prompts.size(); ++p)
+        for (std::int64_t s = 0; s < job.n; ++s) j.rows.emplace_back(model_.tokenizer(), job.stop, job.max_tokens);
+      j.open = j.rows.size();
+      feeding = &j;
+      next_prompt = 0;
+    }
   };
   RowUpdate update;
   std::int64_t tokens = 0;
   try {
-    model_.generate(group.front()->job.adapter, prompts, n, params, keys,
-                    [&](std::size_t index, std::int64_t token, float logprob, bool finished, bool stop_token) {
-                      const auto [g, p] = owner[index / static_cast<std::size_t>(n)];
-                      const std::size_t row = p * static_cast<std::size_t>(n) + index % static_cast<std::size_t>(n);
-                      RowText& text = rows[g][row];
-                      if (text.finished() || done[g]) return false;
-                      const auto& alive = group[g]->callbacks.alive;
-                      if (alive && !alive()) {
-                        const std::string gone = "the client went away";
-                        finish(g, &gone);
-                        return false;
-                      }
-                      ++tokens;
-                      const bool ended = text.add(token, logprob, finished, stop_token, update);
-                      update.row = row;
-                      group[g]->callbacks.update(update);
-                      if (ended && --open[g] == 0) finish(g, nullptr);
-                      return !ended;
-                    });
+    model_.stream(first.adapter, params, static_cast<std::int64_t>(config_.max_batch), expected, next,
+                  [&](std::size_t index, std::int64_t token, float logprob, bool finished, bool stop_token) {
+                    auto [job, row] = row_of[index];
+                    RowText& text = job->rows[row];
+                    if (text.finished() || job->done) return false;
+                    const auto& alive = job->entry->callbacks.alive;
+                    if (alive && !alive()) {
+                      const std::string gone = "the client went away";
+                      finish(*job, &gone);
+                      return false;
+                    }
+                    ++tokens;
+                    const bool ended = text.add(token, logprob, finished, stop_token, update);
+                    update.row = row;
+                    job->entry->callbacks.update(update);
+                    if (ended && --job->open == 0) finish(*job, nullptr);
+                    return !ended;
+                  });
   } catch (const std::exception& e) {
     const std::string error = e.what();
-    for (std::size_t g = 0; g < group.size(); ++g) finish(g, &error);
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      if (i < jobs.size()) {
+        finish(jobs[i], &error);
+      } else {
+        group[i]->callbacks.done(&error);
+      }
+    }
     return tokens;
   }
   // Every row ends at a stop token or at its own max_tokens, both seen above; this is for safety.
-  for (std::size_t g = 0; g < group.size(); ++g) {
-    if (done[g]) continue;
-    const std::string error = "internal error: the sampler ended before every row finished";
-    finish(g, &error);
+  const std::string error = "internal error: the sampler ended before every row finished";
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (i < jobs.size()) {
+      finish(jobs[i], &error);
+    } else {
+      group[i]->callbacks.done(&error);
+    }
   }
   return tokens;
 }

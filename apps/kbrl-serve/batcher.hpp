@@ -1,10 +1,12 @@
 // kbrl-serve's batcher: requests from every connection wait in one queue; one sampling thread
-// takes what is waiting (up to max_batch rows) and samples it together, one ServedModel::generate
-// call per group of requests that draw from the same distribution (adapter, temperature, top_p,
-// top_k, n). Each request keeps its own max_tokens and stop strings: its rows are cut where they
-// would have stopped alone. That is exact, not approximate: the sampler draws each row's tokens
-// from uniforms keyed by (prompt key, sample, step), and a request's prompt keys come from its own
-// seed, so a row's tokens do not depend on what else is in the batch or how long the others run.
+// takes what is waiting and samples it with continuous batching, one ServedModel::stream per
+// group of requests that draw from the same distribution (adapter, temperature, top_p, top_k):
+// rows that finish leave at once, and a request that arrives while a group runs joins it at the
+// next step when it is first in the queue and draws from the same distribution. Each request keeps
+// its own n, max_tokens and stop strings: its rows are cut where they would have stopped alone.
+// That is exact, not approximate: the sampler draws each row's tokens from uniforms keyed by
+// (prompt key, sample, step), and a request's prompt keys come from its own seed, so a row's
+// tokens do not depend on what else is in the batch or how long the others run.
 #pragma once
 
 #include <condition_variable>
@@ -72,7 +74,7 @@ class RowText {
 };
 
 struct BatcherConfig {
-  std::size_t max_batch = 64;  // rows (prompts x n) per batch; a larger request runs alone
+  std::size_t max_batch = 64;  // rows (prompts x n) decoded together at most
   double batch_wait_ms = 5;    // after the first request arrives, wait this long for others
 };
 
@@ -93,7 +95,8 @@ class Batcher {
   struct Stats {
     std::int64_t batches = 0;
     std::int64_t jobs = 0;
-    std::int64_t largest_batch = 0;  // jobs
+    std::int64_t joined = 0;         // jobs that joined a batch while it ran
+    std::int64_t largest_batch = 0;  // jobs it started with
   };
   Stats stats() const;
 
@@ -105,7 +108,12 @@ class Batcher {
   };
   void run();
   void run_batch(std::vector<Entry>& batch);
-  std::int64_t run_group(std::vector<Entry*>& group);  // tokens drawn
+  // Streams the group, and the requests that join it (moved from the queue into `joined`,
+  // appended to `group`); returns the tokens drawn.
+  std::int64_t run_group(std::vector<Entry*>& group, std::deque<Entry>& joined);
+  // The first waiting request if it may join a running group: its distribution, max_tokens
+  // <= max_tokens, prompts no longer than `longest`, and nothing else wants the device.
+  Entry* take_joiner(const SamplingJob& like, std::int64_t max_tokens, std::size_t longest, std::deque<Entry>& joined);
 
   ServedModel& model_;
   BatcherConfig config_;

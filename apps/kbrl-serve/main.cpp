@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
                  "unset: no key needed")
       ->type_name("VAR")
       ->group(sg);
-  app.add_option("--max-batch", f.max_batch, "rows (prompts x n) sampled together at most [default: 64]")
+  app.add_option("--max-batch", f.max_batch, "rows (prompts x n) decoded together at most [default: 64]")
       ->type_name("N")
       ->group(sg);
   app.add_option("--batch-wait-ms", f.batch_wait_ms,

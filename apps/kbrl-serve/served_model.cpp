@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -83,7 +84,9 @@ class TorchServedModel final : public ServedModel {
   std::vector<float> embed(const std::string& adapter_name, const std::vector<std::vector<std::int64_t>>& ids) override {
     const std::shared_ptr<Adapter> adapter = find_adapter(adapter_name);
     const model::DecoderModel& decoder = adapter ? *adapter->decoder : *policy_.decoder();
-    const auto exclusive = device_lock();
+    ++embeds_waiting_;
+    auto exclusive = device_lock();
+    --embeds_waiting_;
     const at::Tensor pooled = model::mean_pooled_embeddings(decoder, ids).contiguous();  // [N, hidden] fp32
     const float* p = pooled.data_ptr<float>();
     return std::vector<float>(p, p + pooled.numel());
@@ -93,9 +96,8 @@ class TorchServedModel final : public ServedModel {
     return static_cast<std::size_t>(policy_.decoder()->config().hidden_size);
   }
 
-  void generate(const std::string& adapter_name, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t n,
-                const DrawParams& params, const std::vector<std::uint64_t>& prompt_keys,
-                const TokenSink& sink) override {
+  void stream(const std::string& adapter_name, const DrawParams& params, std::int64_t max_rows,
+              std::int64_t expected_tokens, const StreamSource& next, const TokenSink& sink) override {
     const std::shared_ptr<Adapter> adapter = find_adapter(adapter_name);
     model::SamplingParams sp;
     sp.max_tokens = params.max_tokens;
@@ -106,15 +108,26 @@ class TorchServedModel final : public ServedModel {
     sp.stop_token_ids = policy_.stop_token_ids();
     model::SamplerOptions so;
     so.cuda_graphs = cuda_graphs_;
+    so.max_batch = max_rows;
     const model::DecoderModel& decoder = adapter ? *adapter->decoder : *policy_.decoder();
     const auto exclusive = device_lock();
     const c10::NoGradGuard no_grad;
     model::Sampler(decoder, token_bytes_, so)
-        .generate(prompts, n, sp, prompt_keys, [&](std::size_t index, const model::Sample& s, bool finished) {
-          return sink(index, s.tokens.back(), s.logprobs.back(), finished,
-                      finished && s.stop_reason == model::StopReason::kStopToken);
-        });
+        .stream(
+            [&]() -> std::optional<model::SampleRequest> {
+              std::optional<StreamRequest> r = next();
+              if (!r) return std::nullopt;
+              return model::SampleRequest{std::move(r->prompt), r->n, r->key};
+            },
+            sp, [](std::size_t, model::Sample&&) {},
+            [&](std::size_t index, const model::Sample& s, bool finished) {
+              return sink(index, s.tokens.back(), s.logprobs.back(), finished,
+                          finished && s.stop_reason == model::StopReason::kStopToken);
+            },
+            expected_tokens);
   }
+
+  bool device_wanted() const override { return policy_.device().is_cuda() && embeds_waiting_.load() > 0; }
 
  private:
   // On a GPU, embeddings wait for the sampling batch in progress and the other way round: the
@@ -147,6 +160,7 @@ class TorchServedModel final : public ServedModel {
   model::TokenBytes token_bytes_;
   mutable std::mutex mu_;
   std::mutex device_mu_;
+  std::atomic<int> embeds_waiting_{0};  // embedding requests waiting for device_mu_ (GPU only)
   std::map<std::string, std::shared_ptr<Adapter>> adapters_;
   std::vector<std::string> order_;
 };

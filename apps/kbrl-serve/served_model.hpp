@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,18 @@ struct DrawParams {
   std::int64_t max_tokens = 16;  // the longest any row of the call may run
 };
 
-// One drawn token of row `index` (prompt * n + sample). `finished`: the sampler ended the row
+// One prompt of a stream: n rows, its draws keyed by `key` (the same key draws the same tokens
+// in any batch).
+struct StreamRequest {
+  std::vector<std::int64_t> prompt;
+  std::int64_t n = 1;
+  std::uint64_t key = 0;
+};
+// The next prompt to admit, or nullopt when there is none now (asked again at the next step).
+using StreamSource = std::function<std::optional<StreamRequest>()>;
+
+// One drawn token of row `index` (its place in admission order: the n rows of the k-th prompt
+// admitted follow those of the prompts before it). `finished`: the sampler ended the row
 // here (a stop token, or the call's max_tokens); `stop_token`: ended by a stop token. Return
 // false to end the row (the caller's own limit or stop string, a client gone).
 using TokenSink = std::function<bool(std::size_t index, std::int64_t token, float logprob, bool finished, bool stop_token)>;
@@ -64,13 +76,17 @@ class ServedModel {
   virtual std::vector<float> embed(const std::string& adapter, const std::vector<std::vector<std::int64_t>>& ids) = 0;
   virtual std::size_t embedding_dimension() const = 0;
 
-  // Samples `n` rows per prompt from the base model (adapter "") or the named adapter, each
-  // prompt's draws keyed by prompt_keys[i] (model::Sampler semantics: the same key draws the
-  // same tokens in any batch). Calls `sink` for every token. Throws core::Error for an unknown
-  // adapter or bad parameters. One call at a time.
-  virtual void generate(const std::string& adapter, const std::vector<std::vector<std::int64_t>>& prompts,
-                        std::int64_t n, const DrawParams& params, const std::vector<std::uint64_t>& prompt_keys,
-                        const TokenSink& sink) = 0;
+  // Continuous batching (model::Sampler::stream): samples the prompts `next` gives, all with
+  // `params`, from the base model (adapter "") or the named adapter, at most max_rows rows at
+  // once. `next` is asked at every step while rows are free; the call returns once it has none
+  // and every admitted row finished. expected_tokens sizes the KV cache (capped by the device's
+  // free memory). Calls `sink` for every token. Throws core::Error for an unknown adapter, bad
+  // parameters or a prompt that cannot fit. One call at a time.
+  virtual void stream(const std::string& adapter, const DrawParams& params, std::int64_t max_rows,
+                      std::int64_t expected_tokens, const StreamSource& next, const TokenSink& sink) = 0;
+  // Whether another caller waits for the device the stream holds (an embedding request on a
+  // GPU): a stream's source should then stop admitting new work, so that the stream ends.
+  virtual bool device_wanted() const = 0;
 };
 
 std::unique_ptr<ServedModel> load_served_model(const ServedModelOptions& options);

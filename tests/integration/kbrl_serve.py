@@ -12,6 +12,8 @@ random Qwen2 checkpoint, scripts/make_demo_model.py) on the CPU:
 - stop strings cut the answer before the match;
 - requests sent at once from several threads are answered exactly as each was alone (different
   max_tokens, stop strings, seeds, temperatures), and the server log shows one batch of them;
+- continuous batching: a request sent while another of its distribution streams joins it, ends
+  first, and both are answered exactly as alone;
 - errors: malformed JSON, missing messages, wrong types, n < 1, temperature < 0, an unknown model,
   a prompt over the context, a wrong API key: each the right status and an OpenAI error object;
 - /v1/load_lora_adapter with a PEFT adapter (random, made here by peft): requests naming it answer
@@ -338,6 +340,46 @@ def run_checks(args, openai, server, ref, model_dir, adapter_dir):
             break
         time.sleep(0.05)
     check(sizes and max(sizes) >= 3, "the server log shows the concurrent requests batched together: {}".format(sizes))
+
+    # Continuous batching: a request sent while another of the same distribution is being
+    # sampled joins it at the next step, finishes first, and both are answered as alone.
+    long_r = dict(model=name, messages=[{"role": "user", "content": "Task 9: fuse all of the ops, in one kernel."}],
+                  temperature=1.0, seed=21, max_tokens=240, logprobs=True,
+                  extra_body={"return_tokens_as_token_ids": True})
+    short_r = dict(requests[0], seed=22, max_tokens=4)
+    long_alone, short_alone = answer(long_r), answer(short_r)
+    check(len(long_alone[0][2]) >= 100, "the long request runs for {} tokens alone".format(len(long_alone[0][2])))
+    joined_before = len(re.findall(r"joined while it ran", server.text()))
+    sampling = threading.Event()  # set once the long request's tokens arrive: its batch has begun
+    long_streamed = {}
+
+    def stream_long():
+        parts, ids = [], []
+        for chunk in client.chat.completions.create(stream=True, **long_r):
+            if chunk.choices:
+                parts.append(chunk.choices[0].delta.content or "")
+                if sum(1 for x in parts if x) >= 4:
+                    sampling.set()
+                if chunk.choices[0].logprobs:
+                    ids += token_ids(chunk.choices[0].logprobs.content)
+        long_streamed["answer"] = ("".join(parts), ids)
+        long_streamed["end"] = time.time()
+
+    t = threading.Thread(target=stream_long)
+    t.start()
+    check(sampling.wait(60), "the long request starts streaming")
+    short_together = answer(short_r)
+    short_end = time.time()
+    t.join()
+    check(short_together == short_alone, "a request that joined a running batch is answered as alone")
+    check(long_streamed.get("answer") == (long_alone[0][0], long_alone[0][2]),
+          "the running request is answered as alone after another joined it")
+    check(short_end < long_streamed.get("end", 0), "the joining request finished while the long one still ran")
+    deadline = time.time() + 30
+    while len(re.findall(r"joined while it ran", server.text())) == joined_before and time.time() < deadline:
+        time.sleep(0.05)
+    check(len(re.findall(r"joined while it ran", server.text())) > joined_before,
+          "the server log shows a request that joined a running batch")
 
     # Errors.
     bad = client.with_options(api_key="wrong-key")

@@ -462,6 +462,52 @@ TEST_CASE("sampler scheduling does not change the samples") {
   }
 }
 
+TEST_CASE("sampler stream takes requests that arrive while others run") {
+  // The source has nothing after the first request until that one has drawn 4 tokens; the
+  // second request then joins the running one, and stream returns only after both finished.
+  // Each sample is what it is alone under the same key.
+  const auto dir = kbrl::test::model_fixtures() / "llama3_gqa";
+  const auto ref = kbrl::test::load_reference(dir);
+  const auto m = load(dir);
+  const auto prompts = prompts_of(ref);
+  const auto p = params_with(1.0, 1.0, 0, 12);
+  const Sampler sampler(m);
+  const auto first_alone = sampler.generate({prompts[0]}, 2, p, {7});
+  const auto second_alone = sampler.generate({prompts[1]}, 1, p, {8});
+  int calls = 0, pulled = 0;
+  std::size_t first_tokens = 0;
+  bool first_running_when_second_joined = false;
+  std::vector<std::pair<std::size_t, Sample>> got;
+  sampler.stream(
+      [&]() -> std::optional<SampleRequest> {
+        ++calls;
+        if (pulled == 0) {
+          ++pulled;
+          return SampleRequest{prompts[0], 2, 7};
+        }
+        if (pulled == 1 && first_tokens >= 4) {
+          ++pulled;
+          first_running_when_second_joined = got.empty();
+          return SampleRequest{prompts[1], 1, 8};
+        }
+        return std::nullopt;
+      },
+      p, [&](std::size_t index, Sample&& s) { got.emplace_back(index, std::move(s)); },
+      [&](std::size_t index, const Sample&, bool) {
+        if (index < 2) ++first_tokens;
+        return true;
+      });
+  CHECK(pulled == 2);
+  CHECK(calls > 3);  // asked again at later steps, after it had none
+  CHECK(first_running_when_second_joined);
+  REQUIRE(got.size() == 3);
+  std::sort(got.begin(), got.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  CHECK(got[0].second.tokens == first_alone[0].tokens);
+  CHECK(got[1].second.tokens == first_alone[1].tokens);
+  CHECK(got[2].second.tokens == second_alone[0].tokens);
+  CHECK(got[2].second.prompt_index == 1);
+}
+
 TEST_CASE("sampler shares a prompt's blocks among its samples") {
   const auto dir = kbrl::test::model_fixtures() / "qwen2_tied";
   const auto m = load(dir);

@@ -255,7 +255,9 @@ std::vector<Sample> Sampler::generate(const std::vector<std::vector<std::int64_t
 }
 
 void Sampler::stream(const RequestSource& next_request, const SamplingParams& params, const SampleSink& on_finished,
-                     const TokenCallback& on_token) const {
+                     const TokenCallback& on_token, std::int64_t expected_tokens) const {
+  if (expected_tokens < 0)
+    throw core::InvalidArgument(core::cat("Sampler::stream: expected_tokens = ", expected_tokens, " must be >= 0"));
   std::size_t pulled = 0;
   const RequestSource checked = [&]() -> std::optional<SampleRequest> {
     std::optional<SampleRequest> r = next_request();
@@ -266,7 +268,7 @@ void Sampler::stream(const RequestSource& next_request, const SamplingParams& pa
     }
     return r;
   };
-  run(checked, 0, params, on_finished, on_token);
+  run(checked, expected_tokens, params, on_finished, on_token);
 }
 
 void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens, const SamplingParams& params,
@@ -372,15 +374,11 @@ void Sampler::run(const RequestSource& next_request, std::int64_t needed_tokens,
   std::deque<Waiting> waiting;
   std::vector<std::unique_ptr<Row>> running;  // in admission order: the youngest is preempted first
   std::size_t requests = 0, samples = 0;
-  bool source_done = false;
-  // Pulls the next request into `waiting`; false when the source has none.
+  // Pulls the next request into `waiting`; false when the source has none now (it is asked
+  // again at the next step: requests may join while others run).
   const auto pull = [&]() {
-    if (source_done) return false;
     std::optional<SampleRequest> r = next_request();
-    if (!r) {
-      source_done = true;
-      return false;
-    }
+    if (!r) return false;
     const auto P = static_cast<std::int64_t>(r->prompt.size());
     // Alone, a row must be admitted (its prompt's blocks and one of headroom) and run out.
     if (std::max(ceil_div(P + params.max_tokens, bs), P / bs + 2) > num_blocks - 1)

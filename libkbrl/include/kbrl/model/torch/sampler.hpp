@@ -94,7 +94,8 @@ struct SampleRequest {
 };
 
 // Sampler::stream pulls requests from this while it has room: the next one, or nullopt when
-// none is waiting (stream returns once the source has none and every admitted sample finished).
+// none is waiting now. It is asked again at every step while there is room, so requests may
+// join while others run; stream returns once it has none and every admitted sample finished.
 using RequestSource = std::function<std::optional<SampleRequest>()>;
 // Receives each sample as it finishes: index = its place in admission order (the n samples of
 // the k-th request pulled follow those of the requests before it), prompt_index = k.
@@ -120,8 +121,11 @@ class Sampler {
                                const TokenCallback& on_token = {}) const;
 
   // The same over a queue: requests join while others run, samples come out as they finish.
+  // expected_tokens: the KV cache's size when SamplerOptions::kv_cache_tokens is 0, within
+  // kv_cache_memory_fraction on CUDA (0: 65,536 tokens); what the requests hold at once beyond it
+  // is preempted and recomputed, and a request that cannot fit alone is refused.
   void stream(const RequestSource& next_request, const SamplingParams& params, const SampleSink& on_finished,
-              const TokenCallback& on_token = {}) const;
+              const TokenCallback& on_token = {}, std::int64_t expected_tokens = 0) const;
 
   // What the last generate / stream did (for benchmarks and logs).
   struct Stats {
