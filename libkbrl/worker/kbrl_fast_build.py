@@ -2,14 +2,20 @@
 
 Almost all of a small extension's build is the compiler parsing torch's headers: the generated
 binding file main.cpp starts with #include <torch/extension.h> (all of torch, pybind11 and
-Python.h), and a CUDA source gets torch/types.h from load_inline and usually includes
-torch/extension.h itself. Two accelerations, each switched on by the compile job:
+Python.h), or with the candidate's own includes of torch's headers (no_implicit_headers), and a
+CUDA source gets torch/types.h from load_inline and usually includes torch/extension.h itself.
+Two accelerations, each switched on by the compile job:
 
-pch            main.cpp is compiled against a precompiled torch/extension.h. One PCH per
-               compiler and flag set is built once under <dir>/pch/<key>/torch/extension.h.gch and
-               found through CPATH, which g++ searches before the -isystem torch directories.
-               Next to it, torch/extension.h passes on to torch's own (#include_next): a repeated
-               include, or a compile whose flags do not match the PCH, parses as usual.
+pch            main.cpp is compiled against a precompiled header of its leading #include <...>
+               lines (leading_headers: up to the last of torch's headers, so
+               #include <torch/extension.h> alone for load_inline's usual binding file). One PCH
+               per compiler, flag set and list of headers is built once under
+               <dir>/pch/<key>/<first header>.gch and found through CPATH, which g++ searches
+               before the -isystem torch directories; g++ loads it at main.cpp's first #include,
+               and the next lines include headers the PCH already holds (#pragma once): the same
+               declarations in the same order as a plain parse. Next to it, <first header> passes
+               on to torch's own (#include_next): a repeated include, or a compile whose flags do
+               not match the PCH, parses as usual.
 light_headers  a CUDA source is first built with torch/extension.h, torch/torch.h, torch/all.h (and
                in the lightest tier torch/types.h) shadowed by smaller sets of torch's own headers,
                through NVCC_PREPEND_FLAGS=-isystem <dir>/light/<key>/<tier>. If that build or its
@@ -43,7 +49,8 @@ import tempfile
 import threading
 import time
 
-FORMAT = 1  # bumped when the PCH recipe or the shadow headers change
+FORMAT = 2  # bumped when the PCH recipe or the shadow headers change
+MAX_PCH = 12  # precompiled binding headers kept in one cache (0.3-0.75 GB each); then no new ones
 PCH_WAIT_S = 240  # how long a binding file built beside the passes waits for a PCH being built
 
 # Tiers of shadow headers, lightest first. A tier replaces the headers named in SHADOWED[tier]
@@ -139,9 +146,11 @@ class FastBuild:
     def metadata(self):
         """{"pch": ..., "light_headers": ...}: what happened, one entry per build of a
         load_inline call. pch: used, built (and used), deferred (the first build with these
-        flags: none built yet), busy (another compile is building it), waited (for another
-        compile that was building it, then used), failed (g++ could not build it or will not use
-        it), unsupported (not g++, no build.ninja to read).
+        flags and headers: none built yet), busy (another compile is building it), waited (for
+        another compile that was building it, then used), failed (g++ could not build it or will
+        not use it), none (the binding file does not start with an include of torch's headers:
+        nothing to precompile), full (MAX_PCH headers are precompiled already: parsed as usual),
+        unsupported (not g++, no build.ninja to read).
         light_headers: minimal or types (the tier that built), fallback (torch's own headers).
         light_skipped: types, where the minimal tier's compile errors were none that a fuller tier
         could mend (see may_lack_declarations). binding: after_front_ends, where the binding
@@ -241,11 +250,12 @@ class FastBuild:
                 prepended_env("NVCC_PREPEND_FLAGS", "--dryrun") if built else contextlib.nullcontext():
             return self.original_run_ninja(build_directory, *args, **kwargs)
 
-    # ---- precompiled torch/extension.h ------------------------------------------------------
+    # ---- precompiled binding-file headers ---------------------------------------------------
 
     def ensure_pch(self, build_dir, binding=None, cancel=None):
         """The directories to put on CPATH for the binding file's compile (":"-joined), or None.
-        Builds the PCH when this flag set has none yet and no other compile is building it.
+        Builds the PCH when this flag set and list of leading headers has none yet and no other
+        compile is building it.
         binding: (tier, shadow directory) for the light binding file (light_binding_header):
         its header stands in for torch/extension.h, the tier's shadow headers behind it, and the
         result is on CPATH whether or not its PCH is ready yet. cancel: a threading.Event, for a
@@ -273,12 +283,19 @@ class FastBuild:
             header = self.light_binding_header()
             if header is None:
                 return None
+            headers = ["torch/extension.h"]
+        else:
+            headers = self.leading_headers(main_cpp)
+            if not headers:
+                self.note("pch", "none")
+                return None
         key = sha256(json.dumps([FORMAT, compiler, flags, post, self.torch_version]
-                                + ([binding[0], binding[1], header] if binding else [])))[:32]
+                                + ([binding[0], binding[1], header] if binding else [headers])))[:32]
         pch_dir = os.path.join(self.root, "pch")
         root = os.path.join(pch_dir, key)
-        gch = os.path.join(root, "torch", "extension.h.gch")
-        forward = os.path.join(root, "torch", "extension.h")
+        gch = os.path.join(root, headers[0] + ".gch")
+        forward = os.path.join(root, headers[0])
+        includes = "".join("#include <{}>\n".format(h) for h in headers)
         cpath = root + (":" + binding[1] if binding else "")
         if binding and not os.path.exists(forward):
             os.makedirs(os.path.dirname(forward), exist_ok=True)
@@ -302,14 +319,22 @@ class FastBuild:
         if os.path.exists(os.path.join(pch_dir, key + ".failed")):
             self.note("pch", "failed")
             return found
-        # A PCH costs about two plain parses to build: only for a flag set seen before.
-        os.makedirs(os.path.join(root, "torch"), exist_ok=True)
+        # A PCH costs more than a plain parse to build: only for a flag set and headers seen
+        # before, and not past MAX_PCH of them (ninja records the PCH as a dependency of the
+        # builds that used it, so none is ever removed).
+        os.makedirs(pch_dir, exist_ok=True)
         seen = os.path.join(pch_dir, key + ".seen")
         if not os.path.exists(seen):
             with open(seen, "w"):
                 pass
             self.note("pch", "deferred")
             return found
+        if not os.path.isdir(root):
+            with contextlib.suppress(OSError):
+                if sum(1 for d in os.scandir(pch_dir) if d.is_dir()) >= MAX_PCH:
+                    self.note("pch", "full")
+                    return found
+        os.makedirs(os.path.dirname(gch), exist_ok=True)
         with open(os.path.join(pch_dir, key + ".lock"), "a") as lock:
             waited = False
             if not try_lock(lock):
@@ -324,13 +349,13 @@ class FastBuild:
                 self.note("pch", "failed")
                 return found
             for f in os.listdir(os.path.dirname(gch)):  # left by a build that was killed
-                if f.startswith("extension.h.gch.tmp-"):
+                if f.startswith(os.path.basename(gch) + ".tmp-"):
                     with contextlib.suppress(OSError):
                         os.remove(os.path.join(os.path.dirname(gch), f))
             stub = os.path.join(pch_dir, key + ".h")
             tmp = temporary_name(gch)
             with open(stub, "w") as f:
-                f.write("#include <torch/extension.h>\n")
+                f.write(includes)
             command = cxx + flags + ["-x", "c++-header", stub if binding is None else forward, "-o", tmp] + post
             proc = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   env=env_prepended("CPATH", binding[1], ":") if binding else None)
@@ -349,14 +374,14 @@ class FastBuild:
                 # not match the PCH, opens this file, which passes on to torch's own.
                 tmp_forward = temporary_name(forward)
                 with open(tmp_forward, "w") as f:
-                    f.write("#pragma once\n#include_next <torch/extension.h>\n")
+                    f.write("#pragma once\n#include_next <{}>\n".format(headers[0]))
                 os.rename(tmp_forward, forward)
             os.rename(tmp, gch)
             # g++ decides whether a PCH fits a compile (macros, dialect, target options): ask it
             # once, the way main.cpp will be compiled, so that "used" means used.
             probe = os.path.join(pch_dir, key + ".probe.cpp")
             with open(probe, "w") as f:
-                f.write("#include <torch/extension.h>\n")
+                f.write(includes)
             command = cxx + flags + ["-DTORCH_EXTENSION_NAME=kbrl_pch_probe", "-Winvalid-pch", "-Werror=invalid-pch",
                                      "-fsyntax-only", probe] + post
             check = subprocess.run(command, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -370,6 +395,50 @@ class FastBuild:
                 return found
         self.note("pch", "built")
         return cpath
+
+    def leading_headers(self, main_cpp):
+        """The headers of the binding file's leading #include <...> lines that a PCH may hold, in
+        order, or []: after blank and // comment lines only, each named once, cut after the last
+        of torch's headers (standard headers after them parse quickly anyway, and a shorter list
+        serves more sources). The first must be one of torch's, guarded by #pragma once: its
+        PCH stands in for it, and its forwarding header (#pragma once too) for any later
+        include of it. Anything else (a macro, code, a quoted include, a comment that goes on
+        to the next line) ends the list: g++ uses a PCH only before the first token, and what
+        follows is parsed as usual, after the headers the PCH holds."""
+        try:
+            with open(main_cpp, encoding="utf-8") as f:
+                text = f.read(1 << 16)
+        except (OSError, UnicodeError):
+            return []
+        headers = []
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.endswith("\\"):
+                break
+            if not stripped or stripped.startswith("//"):
+                continue
+            m = re.fullmatch(r"#\s*include\s*<([A-Za-z0-9_./+-]+)>", stripped)
+            if m is None or m.group(1) in headers or ".." in m.group(1).split("/"):
+                break
+            headers.append(m.group(1))
+        while headers and self.torch_header(headers[-1]) is None:
+            headers.pop()
+        first = self.torch_header(headers[0]) if headers else None
+        try:
+            with open(first, encoding="utf-8", errors="replace") as f:
+                guarded = re.search(r"^\s*#\s*pragma\s+once\b", f.read(1 << 14), re.M) is not None
+        except (OSError, TypeError):
+            guarded = False
+        return headers if guarded else []
+
+    def torch_header(self, name):
+        """The path of torch's header of this #include <name>, or None: the include directories
+        of load_inline's own compile flags, in their order."""
+        for d in (self.include_dir, os.path.join(self.include_dir, "torch", "csrc", "api", "include")):
+            path = os.path.join(d, name)
+            if os.path.isfile(path):
+                return path
+        return None
 
     def light_binding_header(self):
         """The light binding file's torch/extension.h, or None where torch's headers are not laid

@@ -15,6 +15,10 @@ A binding file compiled beside nvcc's passes waits for a PCH that another compil
 busy evaluator (binding_early off) it starts only once nvcc's front ends have passed, and not at
 all when they fail.
 
+Which of a binding file's leading #include lines its precompiled header holds (leading_headers):
+angle-bracket includes after blank and // comment lines only, each once, up to the last of torch's
+headers, the first one of torch's; none where anything else comes first.
+
 usage: fast_build_policies.py WORK_DIR   (exit status 0 when every check passed, 1 when one failed,
 77 (CTest's skip code, tests/integration/CMakeLists.txt) when this torch builds no CUDA sources;
 needs g++)
@@ -152,16 +156,45 @@ def check_binding_gate(work):
               "host pass {}, device pass {}: gate {}".format(host_ok, device_ok, "opened" if opened.is_set() else "closed"))
 
 
+LEADING = [  # (main.cpp's start, the headers its PCH holds)
+    ("#include <torch/extension.h>\n\n#include <torch/extension.h>\n#include <cmath>\nint f();\n", ["torch/extension.h"]),
+    ("// a kernel\n#include <ATen/core/Tensor.h>\n#include <ATen/ops/empty.h>\n\n#include <ATen/Parallel.h>\n"
+     "#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n#include <cmath>\n#include <vector>\n",
+     ["ATen/core/Tensor.h", "ATen/ops/empty.h", "ATen/Parallel.h", "torch/csrc/utils/pybind.h", "torch/csrc/Exceptions.h"]),
+    ("#include <ATen/core/Tensor.h>\n#include <cmath>\n#include <ATen/Parallel.h>\n", ["ATen/core/Tensor.h", "cmath", "ATen/Parallel.h"]),
+    ("#include <ATen/core/Tensor.h>\n#define N 4\n#include <ATen/Parallel.h>\n", ["ATen/core/Tensor.h"]),
+    ("#include <vector>\n#include <torch/extension.h>\n", []),  # not torch's first: no PCH stands in for <vector>
+    ("#include <cmath>\nint f();\n", []),
+    ('#include "torch/extension.h"\n', []),
+    ("#include <torch/extension.h> // a comment\n", []),
+    ("// a comment that goes on \\\n#include <torch/extension.h>\n", []),
+    ("/* a comment */\n#include <torch/extension.h>\n", []),
+    ("int x;\n#include <torch/extension.h>\n", []),
+]
+
+
+def check_leading_headers(work):
+    fast = kbrl_fast_build.FastBuild(torch, {"pch": True, "light_headers": False, "parallel_passes": False,
+                                             "binding_early": True, "dir": work}, work)
+    main_cpp = os.path.join(work, "main.cpp")
+    for text, want in LEADING:
+        with open(main_cpp, "w") as f:
+            f.write(text)
+        got = fast.leading_headers(main_cpp)
+        check(got == want, "leading headers of {!r}: {}".format(text[:60], got))
+
+
 def main():
     work = sys.argv[1] if len(sys.argv) > 1 else "light_tier_errors"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    check_leading_headers(work)  # any torch: C++ binding files are built everywhere
     # A compile job's fast_build settings: light headers only.
     settings = {"pch": False, "light_headers": True, "parallel_passes": False, "binding_early": True, "dir": work}
     fast = kbrl_fast_build.FastBuild(torch, settings, work)
     if not fast.light:
         print("skipped: this torch builds no CUDA sources")
-        return SKIPPED
+        return 1 if FAILED else SKIPPED
     tiers = dict(fast.light_tiers())
     check("minimal" in tiers, "the minimal tier is written")
     names = fast.names_beyond_minimal()
