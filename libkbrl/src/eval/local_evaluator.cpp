@@ -18,6 +18,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -124,6 +125,7 @@ struct Job {
   fs::path problem_path;
   std::uint64_t seed = 0;
   int lost_workers = 0;  // workers that died under this job (not the candidate's doing)
+  std::uint64_t compile_order = 0;  // place in the order of submission to the compile queue
   Clock::time_point submitted = Clock::now();
 };
 using JobPtr = std::shared_ptr<Job>;
@@ -219,10 +221,16 @@ struct LocalEvaluator::Impl {
   std::map<std::string, core::TimingStats> baselines;
   std::unique_ptr<log::JsonlWriter> baseline_log;  // <work_dir>/baselines.jsonl, opened at the first new baseline
   // On the CPU backend builds and timed runs share the cores: a run waits for the builds in
-  // flight, and no new build starts while a run waits or runs, so timings are not taken under load.
+  // flight and no build runs beside it, so timings are not taken under load. While a run waits
+  // for a build, a lane that frees up would idle until the run could start: it builds instead,
+  // as long as another build is still in flight (the run could not start anyway) and the job was
+  // submitted before the run became ready (so that a stream of new submissions cannot hold a
+  // run back for ever). Draining the lanes for every ready run left one core idle for the rest
+  // of the other's build each time (docs/evaluator.md, "CPU timing").
   int active_compiles = 0;
-  int runs_waiting = 0;
   int runs_active = 0;
+  std::uint64_t compile_orders = 0;              // jobs submitted to the compile queue so far
+  std::multiset<std::uint64_t> run_barriers;     // per waiting run: compile_orders when it became ready
   bool exclusive_cpu() const { return config.platform == core::DevicePlatform::cpu; }
   bool stopping_now() {
     std::lock_guard lock(mu);
@@ -661,7 +669,10 @@ struct LocalEvaluator::Impl {
                           .dir = config.compile_cache_dir};
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return stopping || (runs_waiting == 0 && runs_active == 0); });
+      cv.wait(lock, [&] {
+        return stopping || (runs_active == 0 && (run_barriers.empty() || (active_compiles > 0 &&
+                                                                          job->compile_order <= *run_barriers.begin())));
+      });
       ++active_compiles;
     }
     const auto started = Clock::now();
@@ -858,9 +869,9 @@ struct LocalEvaluator::Impl {
     request.limits = limits_for(false, request.timeout_s);
     if (exclusive_cpu()) {
       std::unique_lock lock(mu);
-      ++runs_waiting;
+      const auto barrier = run_barriers.insert(compile_orders);
       cv.wait(lock, [&] { return stopping || active_compiles == 0; });
-      --runs_waiting;
+      run_barriers.erase(barrier);
       ++runs_active;
     }
     const auto run_started = Clock::now();
@@ -1005,6 +1016,7 @@ std::future<EvalResult> LocalEvaluator::submit(core::EvalRequest request) {
     if (impl_->stopping) {
       job->result.error_category = ErrorCategory::internal;
     } else {
+      job->compile_order = ++impl_->compile_orders;
       impl_->compile_queue.push_back(job);
       impl_->cv.notify_all();
       return future;
