@@ -174,8 +174,18 @@ TEST_CASE("the bundled solutions get the same results with and without the preco
     plain_stats = ev.stats();
   }
   {
+    // In two rounds, the last two solutions (6_1 and 8_1, whose leading headers and flags 10_1,
+    // 3_0 and 4_1 have too) once the first round is over: the first of those three marks the
+    // PCH seen and the next builds it, so the second round uses it whichever lane took what.
+    // In one burst a lane keeps building while the other builds the PCH, and whether a later
+    // build starts before or after it is done depends on timing.
     eval::LocalEvaluator ev(config_for(scratch, core::DevicePlatform::cpu, true, true));
-    fast = ev.evaluate(requests);
+    const std::vector<core::EvalRequest> first(requests.begin(), requests.end() - 2);
+    const std::vector<core::EvalRequest> second(requests.end() - 2, requests.end());
+    REQUIRE(second.front().request_id == "level_1_problem_6_sample_1_kernel");
+    REQUIRE(second.back().request_id == "level_1_problem_8_sample_1_kernel");
+    fast = ev.evaluate(first);
+    for (auto& r : ev.evaluate(second)) fast.push_back(std::move(r));
     fast_stats = ev.stats();
   }
   show("without accelerations:", plain);
