@@ -246,6 +246,16 @@ std::int64_t Batcher::run_group(std::vector<Entry*>& group, std::deque<Entry>& j
     j.done = true;
     j.entry->callbacks.done(error);
   };
+  // Ends every job not finished yet (admitted or not) with `error`.
+  const auto fail_unfinished = [&](const std::string& error) {
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      if (i < jobs.size()) {
+        finish(jobs[i], &error);
+      } else {
+        group[i]->callbacks.done(&error);
+      }
+    }
+  };
   const auto next = [&]() -> std::optional<StreamRequest> {
     for (;;) {
       if (feeding != nullptr && next_prompt < feeding->entry->job.prompts.size()) {
@@ -292,25 +302,11 @@ std::int64_t Batcher::run_group(std::vector<Entry*>& group, std::deque<Entry>& j
                     return !ended;
                   });
   } catch (const std::exception& e) {
-    const std::string error = e.what();
-    for (std::size_t i = 0; i < group.size(); ++i) {
-      if (i < jobs.size()) {
-        finish(jobs[i], &error);
-      } else {
-        group[i]->callbacks.done(&error);
-      }
-    }
+    fail_unfinished(e.what());
     return tokens;
   }
   // Every row ends at a stop token or at its own max_tokens, both seen above; this is for safety.
-  const std::string error = "internal error: the sampler ended before every row finished";
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    if (i < jobs.size()) {
-      finish(jobs[i], &error);
-    } else {
-      group[i]->callbacks.done(&error);
-    }
-  }
+  fail_unfinished("internal error: the sampler ended before every row finished");
   return tokens;
 }
 
